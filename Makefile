@@ -1,0 +1,51 @@
+# Two entry points: `make serve` (a single-node broker) and `make test` (set up and run everything).
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# command:debian-package pairs the interoperability tests drive.
+DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless
+
+.PHONY: test serve lint typecheck layers pytest deps venv clean
+
+test: deps lint typecheck layers pytest
+
+serve: venv
+	$(BIN)/tidelog serve
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) is required"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the project's declared dependencies change.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+deps: venv
+	@missing=""; for pair in $(DEB_TOOLS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+layers: venv
+	$(BIN)/lint-imports
+
+pytest: venv
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+"""Tidelog: a Kafka-compatible event streaming platform."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,52 @@
+"""The `tidelog` command: one entry point, one subcommand per tool, like Kafka's scripts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tidelog import __version__
+from tidelog.cli import dump_log
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidelog", description="Tidelog: a Kafka-compatible event streaming platform."
+    )
+    parser.add_argument("--version", action="version", version=f"tidelog {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="start a single-node broker")
+    serve.set_defaults(run=_serve_not_ready)
+
+    dump_log.add_parser(commands)
+    return parser
+
+
+def _serve_not_ready(args: argparse.Namespace) -> int:
+    print(
+        "tidelog serve: the broker is not part of this release yet; "
+        "the storage and record layers it builds on are",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `tidelog dump-log ... | head` closes our stdout early; that is not an error.
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
