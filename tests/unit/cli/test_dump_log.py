@@ -1,0 +1,70 @@
+"""`tidelog dump-log` prints every batch of a segment and stops, with a reason, at bad bytes."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from tidelog.cli.main import main
+from tidelog.records import BatchBuilder, Compression, set_base_offset
+
+
+def _batch(base_offset: int, values: list[bytes], codec: Compression) -> bytes:
+    builder = BatchBuilder(compression=codec)
+    for n, value in enumerate(values):
+        builder.append(b"k%d" % n, value, (("h", b"v"),), timestamp=1_700_000_000_000 + n)
+    data = bytearray(builder.close())
+    set_base_offset(data, 0, base_offset)
+    return bytes(data)
+
+
+def test_prints_each_batch_and_its_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(
+        _batch(0, [b"alpha", b"beta"], Compression.NONE) + _batch(2, [b"gamma"], Compression.LZ4)
+    )
+    assert main(["dump-log", "--print-data-log", str(segment)]) == 0
+    out = capsys.readouterr().out
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in out
+    assert "baseOffset: 2 lastOffset: 2 count: 1" in out
+    assert "compresscodec: lz4" in out
+    assert "| offset: 1 timestamp: 1700000000001 keySize: 2 valueSize: 4" in out
+    assert "payload: gamma" in out
+    assert "headerKeys: [h]" in out
+
+
+def test_stops_at_a_torn_tail_and_reports_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = _batch(0, [b"alpha"], Compression.NONE)
+    torn = _batch(1, [b"beta" * 50], Compression.NONE)[:40]
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(good + torn)
+    assert main(["dump-log", str(segment)]) == 1
+    out = capsys.readouterr().out
+    assert "baseOffset: 0" in out
+    assert f"invalid bytes from position {len(good)} on" in out
+
+
+def test_prints_offset_index_entries_as_absolute_offsets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = tmp_path / "00000000000000000100.index"
+    index.write_bytes(struct.pack(">iiiiii", 5, 4096, 9, 8192, 0, 0))
+    assert main(["dump-log", str(index)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == ["offset: 105 position: 4096", "offset: 109 position: 8192"]
+
+
+def test_missing_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dump-log", str(tmp_path / "nope.log")]) == 1
+    assert (
+        capsys.readouterr().err.strip()
+        == f"tidelog dump-log: {tmp_path / 'nope.log'}: no such file"
+    )
