@@ -1,0 +1,61 @@
+"""tidelog.storage: the Kafka-format partition log on disk.
+
+See ``docs/storage.md`` for the layout and the rules. Entry points: :class:`Log`
+(one partition), :class:`LogManager` (every partition of one or more log dirs),
+:class:`LogConfig` (topic-level settings).
+"""
+
+from tidelog.storage.config import LogConfig
+from tidelog.storage.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    CorruptSegmentError,
+    InvalidAppendError,
+    InvalidPartitionDirError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    SegmentDeletedError,
+    StorageError,
+    UnexpectedAppendOffsetError,
+)
+from tidelog.storage.log import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    AppendInfo,
+    InvalidTimestampError,
+    Log,
+    RecoveryReport,
+    TimestampOffset,
+)
+from tidelog.storage.manager import LogManager
+from tidelog.storage.segment import FileSlice, HandleCache, RecoveryProblem, Segment
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendInfo",
+    "ConfigError",
+    "CorruptCheckpointError",
+    "CorruptSegmentError",
+    "FileSlice",
+    "HandleCache",
+    "InvalidAppendError",
+    "InvalidPartitionDirError",
+    "InvalidTimestampError",
+    "Log",
+    "LogClosedError",
+    "LogConfig",
+    "LogManager",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "RecoveryProblem",
+    "RecoveryReport",
+    "Segment",
+    "SegmentDeletedError",
+    "StorageError",
+    "TimestampOffset",
+    "UnexpectedAppendOffsetError",
+]

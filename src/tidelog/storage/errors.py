@@ -1,0 +1,63 @@
+"""The error types of :mod:`tidelog.storage`.
+
+Every failure of the partition log that a caller may want to map to a Kafka error
+code is a :class:`StorageError` subclass. Corrupt bytes found on disk during
+recovery are not raised: recovery truncates them and reports what it dropped.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base of every error the storage layer raises on purpose."""
+
+
+class ConfigError(StorageError, ValueError):
+    """A log config key has a value of the wrong type or outside its range."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"invalid value {value!r} for configuration {key}: {reason}")
+        self.key = key
+        self.value = value
+
+
+class OffsetOutOfRangeError(StorageError):
+    """The requested offset is below the log start offset or above the log end offset."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class InvalidAppendError(StorageError):
+    """The batches of an append cannot be written as given (bad header, offsets)."""
+
+
+class UnexpectedAppendOffsetError(InvalidAppendError):
+    """A follower append whose offsets go backwards or start below the log end offset."""
+
+
+class RecordTooLargeError(InvalidAppendError):
+    """A batch is larger than ``max.message.bytes`` or than a segment can hold."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint file whose text does not follow the checkpoint format."""
+
+
+class LogClosedError(StorageError):
+    """An operation on a log (or log manager) that was closed or deleted."""
+
+
+class InvalidPartitionDirError(StorageError):
+    """A directory name that is not ``<topic>-<partition>``."""
+
+
+class CorruptSegmentError(StorageError):
+    """Bytes inside the recovered (trusted) part of a segment do not parse as batches."""
+
+
+class SegmentDeletedError(StorageError):
+    """A segment was deleted (retention, truncation, replacement) while being used."""

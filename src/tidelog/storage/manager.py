@@ -1,0 +1,327 @@
+"""Every partition log of one or more log directories.
+
+Layout of each log dir::
+
+    <dir>/<topic>-<partition>/               one Log (see tidelog.storage.log)
+    <dir>/recovery-point-offset-checkpoint   "topic partition offset" lines
+    <dir>/log-start-offset-checkpoint        "topic partition offset" lines
+    <dir>/.clean-shutdown                    present only between a clean close and
+                                             the next open
+
+Opening a dir reads (and removes) the clean-shutdown marker, reads both checkpoints
+and opens every ``<topic>-<partition>`` directory with them: a log whose dir had the
+marker skips the recovery scan. Directory names that are not ``<topic>-<partition>``
+are reported in :attr:`LogManager.junk` and left alone; ``*-delete`` directories
+(a deletion a crash interrupted) are removed.
+
+Checkpoints are written by :meth:`LogManager.checkpoint` (call it on a schedule, as
+Kafka does every ``log.flush.offset.checkpoint.interval.ms``), right after any
+truncation or DeleteRecords (a log calls back), and on close. Missing or stale
+checkpoints are safe: a recovery point that is too low only costs a longer scan,
+and the log start offset never drops below the first segment's base offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from tidelog.storage.checkpoint import (
+    FsyncFn,
+    fsync_dir,
+    parse_int_field,
+    read_checkpoint,
+    write_checkpoint,
+    write_durably,
+)
+from tidelog.storage.config import LogConfig
+from tidelog.storage.errors import (
+    CorruptCheckpointError,
+    InvalidPartitionDirError,
+    LogClosedError,
+)
+from tidelog.storage.log import Clock, Log, RecoveryReport
+from tidelog.storage.segment import HandleCache
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition:
+    """``(topic, partition)`` from ``<topic>-<partition>``; raises on anything else."""
+    topic, dash, number = name.rpartition("-")
+    if (
+        not dash
+        or not number.isdigit()
+        or number != str(int(number))
+        or not _TOPIC.fullmatch(topic)
+        or topic in (".", "..")
+    ):
+        raise InvalidPartitionDirError(f"{name!r} is not <topic>-<partition>")
+    partition = int(number)
+    if partition > 2**31 - 1:
+        raise InvalidPartitionDirError(f"{name!r} has a partition number out of range")
+    return topic, partition
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise InvalidPartitionDirError(f"invalid topic name {topic!r}")
+    if not 0 <= partition <= 2**31 - 1:
+        raise InvalidPartitionDirError(f"invalid partition {partition}")
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    """Creates, opens, deletes and checkpoints the logs of a set of log dirs.
+
+    ``config_for(topic)`` gives a topic's :class:`LogConfig` (default: ``default_config``
+    for every topic). ``max_idle_open_segments`` caps the sealed segments kept open
+    across all logs (see :class:`~tidelog.storage.segment.HandleCache`).
+    """
+
+    def __init__(
+        self,
+        log_dirs: Sequence[str | Path],
+        *,
+        clock: Clock,
+        default_config: LogConfig | None = None,
+        config_for: Callable[[str], LogConfig] | None = None,
+        fsync: FsyncFn = os.fsync,
+        max_idle_open_segments: int = 128,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self._clock = clock
+        self.default_config = default_config or LogConfig()
+        self._config_for = config_for
+        self._fsync = fsync
+        self.handle_cache = HandleCache(max_idle_open_segments)
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self.junk: list[Path] = []
+        self.recovery_reports: dict[TopicPartition, RecoveryReport] = {}
+        self.clean_shutdown: dict[Path, bool] = {}
+        self._closed = False
+        self._opened = False
+
+    # -- opening -----------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open every log of every dir (recovering those not shut down cleanly)."""
+        with self._lock:
+            if self._opened:
+                return
+            self._opened = True
+            for directory in self.log_dirs:
+                self._open_dir(directory)
+
+    def _open_dir(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        if clean:
+            # Removed before any write: a crash from here on must trigger recovery.
+            marker.unlink()
+            fsync_dir(directory, self._fsync)
+        self.clean_shutdown[directory] = clean
+        recovery_points = self._read_offsets(directory / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_offsets(directory / LOG_START_OFFSET_CHECKPOINT)
+        for entry in sorted(os.listdir(directory)):
+            path = directory / entry
+            if not path.is_dir():
+                continue
+            if entry.endswith(DELETE_DIR_SUFFIX):
+                _log.info("removing %s, a log deletion left unfinished", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            try:
+                key = parse_partition_dir_name(entry)
+            except InvalidPartitionDirError as exc:
+                _log.warning("ignoring %s in log dir: %s", path, exc)
+                self.junk.append(path)
+                continue
+            if key in self._logs:
+                _log.error("ignoring %s: %s-%s already lives in %s", path, *key, self._dir_of[key])
+                self.junk.append(path)
+                continue
+            log = Log.open(
+                path,
+                self._config(key[0]),
+                topic=key[0],
+                partition=key[1],
+                clock=self._clock,
+                recovery_point=recovery_points.get(key, 0),
+                log_start_offset=start_offsets.get(key, 0),
+                clean_shutdown=clean,
+                fsync=self._fsync,
+                handle_cache=self.handle_cache,
+                on_checkpoint=self._checkpoint_callback(directory),
+            )
+            self._logs[key] = log
+            self._dir_of[key] = directory
+            self.recovery_reports[key] = log.recovery_report
+
+    def _read_offsets(self, path: Path) -> dict[TopicPartition, int]:
+        try:
+            rows = read_checkpoint(path, 3)
+            return {
+                (topic, parse_int_field(part, str(path), 0, 2**31 - 1)): parse_int_field(
+                    offset, str(path), 0
+                )
+                for topic, part, offset in rows
+            }
+        except CorruptCheckpointError as exc:
+            # Falling back to 0 / the first segment is always safe, only slower.
+            _log.warning("ignoring corrupt checkpoint: %s", exc)
+            return {}
+
+    def _config(self, topic: str) -> LogConfig:
+        return self._config_for(topic) if self._config_for is not None else self.default_config
+
+    def _checkpoint_callback(self, directory: Path) -> Callable[[], None]:
+        return lambda: self.checkpoint_dir(directory)
+
+    # -- logs --------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    @property
+    def logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def get_or_create_log(
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        *,
+        topic_id: str | None = None,
+    ) -> Log:
+        """The partition's log, created empty (in the dir with fewest logs) when absent."""
+        with self._lock:
+            self._check_open()
+            key = (topic, partition)
+            existing = self._logs.get(key)
+            if existing is not None:
+                return existing
+            name = partition_dir_name(topic, partition)
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] += 1
+            directory = min(self.log_dirs, key=lambda d: counts[d])
+            log = Log.open(
+                directory / name,
+                config or self._config(topic),
+                topic=topic,
+                partition=partition,
+                clock=self._clock,
+                clean_shutdown=True,
+                fsync=self._fsync,
+                handle_cache=self.handle_cache,
+                topic_id=topic_id,
+                on_checkpoint=self._checkpoint_callback(directory),
+            )
+            self._logs[key] = log
+            self._dir_of[key] = directory
+            return log
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove the partition's log and its directory; False when there is none.
+
+        The directory is first renamed ``<name>.<random>-delete`` (atomic), so a crash
+        midway leaves a directory the next open removes.
+        """
+        with self._lock:
+            key = (topic, partition)
+            log = self._logs.pop(key, None)
+            if log is None:
+                return False
+            directory = self._dir_of.pop(key)
+            log.delete()
+            doomed = directory / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            os.replace(log.directory, doomed)
+            fsync_dir(directory, self._fsync)
+            shutil.rmtree(doomed, ignore_errors=True)
+            self.recovery_reports.pop(key, None)
+        self.checkpoint_dir(directory)
+        return True
+
+    # -- periodic work -----------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write both checkpoint files of every log dir."""
+        for directory in self.log_dirs:
+            self.checkpoint_dir(directory)
+
+    def checkpoint_dir(self, directory: Path) -> None:
+        with self._lock:
+            logs = [(key, log) for key, log in self._logs.items() if self._dir_of[key] == directory]
+            write_checkpoint(
+                directory / RECOVERY_POINT_CHECKPOINT,
+                [(t, p, log.recovery_point) for (t, p), log in sorted(logs)],
+                self._fsync,
+            )
+            write_checkpoint(
+                directory / LOG_START_OFFSET_CHECKPOINT,
+                [(t, p, log.log_start_offset) for (t, p), log in sorted(logs)],
+                self._fsync,
+            )
+
+    def cleanup(self, now_ms: int | None = None) -> int:
+        """Retention on every log; returns the number of segments deleted."""
+        deleted = 0
+        for log in self._snapshot():
+            deleted += log.delete_old_segments(now_ms)
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def flush_due(self, now_ms: int) -> int:
+        """``maybe_flush`` on every log; returns how many logs fsynced."""
+        return sum(1 for log in self._snapshot() if log.maybe_flush(now_ms))
+
+    def _snapshot(self) -> Iterable[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def update_configs(self, configs: Mapping[str, LogConfig]) -> None:
+        """New configs for the named topics' logs."""
+        for (topic, _), log in self.logs.items():
+            if topic in configs:
+                log.update_config(configs[topic])
+
+    # -- closing -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError("the log manager is closed")
+
+    def close(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean marker."""
+        with self._lock:
+            if self._closed:
+                return
+            for log in self._logs.values():
+                log.close()
+            self.checkpoint()
+            for directory in self.log_dirs:
+                write_durably(directory / CLEAN_SHUTDOWN_MARKER, b"", self._fsync)
+            self._closed = True
