@@ -21,6 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve_not_ready)
 
     dump_log.add_parser(commands)
+    from tidelog.cli import configs, consume, produce, topics
+
+    topics.add_parser(commands)
+    produce.add_parser(commands)
+    consume.add_parser(commands)
+    configs.add_parser(commands)
     return parser
 
 

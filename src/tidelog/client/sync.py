@@ -1,0 +1,293 @@
+"""Synchronous facades: each runs its asyncio core on an event loop in a background thread.
+
+A facade method submits the matching coroutine to that loop and blocks for its result.
+``Producer.send`` does not block: it hands the record to the loop and returns a
+``concurrent.futures.Future``; records sent from one thread keep their order (the loop runs
+the hand-offs in the order they were made). Delivery callbacks run on the loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from tidelog.client.aio.admin import AIOAdmin, ClusterDescription
+from tidelog.client.aio.consumer import AIOConsumer
+from tidelog.client.aio.producer import AIOProducer, DeliveryCallback, HeaderList
+from tidelog.client.cluster import TopicInfo
+from tidelog.client.errors import ClientClosedError
+from tidelog.client.offsets import OffsetSpec
+from tidelog.client.types import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConsumerRecord,
+    ListOffsetsResult,
+    NewTopic,
+    RecordMetadata,
+    TopicPartition,
+)
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread until :meth:`stop`."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self.loop.is_closed() or not self._thread.is_alive():
+            coro.close()
+            raise ClientClosedError("the client is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no result within {timeout}s") from None
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if threading.current_thread() is not self._thread:
+                self._thread.join()
+
+
+async def _construct(factory: Any, config: Mapping[str, Any] | None, kwargs: Any) -> Any:
+    # The cores create asyncio primitives; build them on the loop that will run them.
+    return factory(config, **kwargs)
+
+
+class _Facade:
+    _kind = "client"
+
+    def __init__(self, factory: Any, config: Mapping[str, Any] | None, kwargs: Any) -> None:
+        self._thread = _LoopThread(f"tidelog-{self._kind}")
+        try:
+            self._core = self._thread.run(_construct(factory, config, kwargs))
+        except BaseException:
+            self._thread.stop()
+            raise
+        self._closed = False
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise ClientClosedError(f"the {self._kind} is closed")
+        return self._thread.run(coro, timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self._core.close())
+        finally:
+            self._closed = True
+            self._thread.stop()
+
+
+def _settle(
+    target: concurrent.futures.Future[RecordMetadata],
+) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+    """A callback (run on the loop thread) that copies an asyncio future's outcome to
+    ``target``, the future the caller's thread holds."""
+
+    def settle(source: asyncio.Future[RecordMetadata]) -> None:
+        if not target.set_running_or_notify_cancel():
+            return  # the caller cancelled its future; nobody wants the outcome
+        if source.cancelled():
+            target.set_exception(concurrent.futures.CancelledError())
+        elif (error := source.exception()) is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(source.result())
+
+    return settle
+
+
+class Producer(_Facade):
+    """Synchronous producer; see :class:`~tidelog.client.aio.AIOProducer`."""
+
+    _kind = "producer"
+    _core: AIOProducer
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(AIOProducer, config, kwargs)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None = None,
+        key: bytes | str | None = None,
+        headers: HeaderList | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        headers = None if headers is None else list(headers)
+
+        def hand_off() -> None:
+            try:
+                inner = self._core.send(
+                    topic, value, key, headers, partition, timestamp, on_delivery
+                )
+            except BaseException as exc:
+                result.set_exception(exc)
+                return
+            inner.add_done_callback(_settle(result))
+
+        self._thread.loop.call_soon_threadsafe(hand_off)
+        return result
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every record sent so far is acknowledged; returns how many are not."""
+        return self._run(self._core.flush(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self._core.close(timeout))
+        finally:
+            self._closed = True
+            self._thread.stop()
+
+
+class Consumer(_Facade):
+    """Synchronous standalone consumer; see :class:`~tidelog.client.aio.AIOConsumer`."""
+
+    _kind = "consumer"
+    _core: AIOConsumer
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(AIOConsumer, config, kwargs)
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._run(_call(self._core.assign, list(partitions)))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._run(_call(self._core.assignment))
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        self._run(_call(self._core.seek, partition, offset))
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._run(self._core.seek_to_beginning(*partitions))
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._run(self._core.seek_to_end(*partitions))
+
+    def seek_to_timestamp(self, timestamp_ms: int, *partitions: TopicPartition) -> None:
+        self._run(self._core.seek_to_timestamp(timestamp_ms, *partitions))
+
+    def position(self, partition: TopicPartition | tuple[str, int]) -> int:
+        return self._run(self._core.position(partition))
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, ListOffsetsResult | None]:
+        return self._run(self._core.offsets_for_times(timestamps))
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._core.beginning_offsets(list(partitions)))
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._core.end_offsets(list(partitions)))
+
+    def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records, waiting at most ``timeout`` seconds for some."""
+        return self._run(self._core.poll(int(timeout * 1000), max_records))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        async def partitions() -> list[int]:
+            info = await self._core.cluster.topic(topic)
+            return [p.partition for p in info.partitions]
+
+        return self._run(partitions())
+
+
+class Admin(_Facade):
+    """Synchronous admin client; see :class:`~tidelog.client.aio.AIOAdmin`."""
+
+    _kind = "admin"
+    _core: AIOAdmin
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(AIOAdmin, config, kwargs)
+
+    def create_topics(
+        self,
+        topics: Iterable[NewTopic],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(
+            self._core.create_topics(
+                list(topics), validate_only=validate_only, timeout_ms=timeout_ms
+            )
+        )
+
+    def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:
+        self._run(self._core.delete_topics(list(names), timeout_ms=timeout_ms))
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        return self._run(self._core.list_topics(include_internal=include_internal))
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> dict[str, TopicInfo]:
+        return self._run(self._core.describe_topics(None if names is None else list(names)))
+
+    def create_partitions(
+        self, new_totals: Mapping[str, int], *, validate_only: bool = False
+    ) -> None:
+        self._run(self._core.create_partitions(dict(new_totals), validate_only=validate_only))
+
+    def describe_configs(
+        self, resources: Iterable[ConfigResource], *, keys: Iterable[str] | None = None
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        return self._run(self._core.describe_configs(list(resources), keys=keys))
+
+    def alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        frozen = {r: list(ops) for r, ops in changes.items()}
+        self._run(self._core.alter_configs(frozen, validate_only=validate_only))
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition, OffsetSpec],
+        *,
+        isolation_level: str = "read_uncommitted",
+    ) -> dict[TopicPartition, ListOffsetsResult]:
+        return self._run(self._core.list_offsets(dict(specs), isolation_level=isolation_level))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._run(self._core.describe_cluster())
+
+
+async def _call(function: Any, *args: Any) -> Any:
+    return function(*args)

@@ -1,0 +1,81 @@
+"""Plain value types of the client's public API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written (offset -1 with acks=0: not known)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create; -1 partitions / replication factor take the broker's defaults."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResource:
+    """A topic (``type="topic"``) or broker (``type="broker"``, name = node id) config."""
+
+    type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.name!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: str
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfigOp:
+    """One change of IncrementalAlterConfigs: ``op`` is set, delete, append or subtract."""
+
+    name: str
+    value: str | None = None
+    op: str = "set"
+
+
+class ListOffsetsResult(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int
