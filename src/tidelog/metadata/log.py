@@ -1,0 +1,161 @@
+"""The metadata log: metadata records in a storage :class:`~tidelog.storage.Log`.
+
+Layout: ``<metadata.log.dir>/__cluster_metadata-0/`` (the metadata log dir defaults to
+the first log dir), an ordinary partition log of record batches. Each batch holds the
+records of one controller operation (value: :func:`~tidelog.metadata.records.encode_record`,
+key null, uncompressed), so an operation is applied whole or not at all: a batch torn by
+a crash fails its CRC and storage recovery truncates it when the log is opened.
+
+Durability: :meth:`MetadataLog.append` returns only after the batch is fsynced, before
+the caller applies it to the image, so nothing the controller acknowledged is lost and
+nothing lost was acknowledged.
+
+This module knows nothing of the controller: a Raft quorum can replicate the same log
+(follower appends with :meth:`MetadataLog.append_batches_as_follower`, the leader epoch
+of each batch is its Raft term) and brokers can replay it the same way.
+
+Retention: the metadata log is never trimmed (no snapshots yet), so replay at start
+reads it whole.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from tidelog.metadata.errors import MetadataRecordError
+from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.records import MetadataRecord, decode_record, encode_record
+from tidelog.records.batch import iter_batches
+from tidelog.records.builder import BatchBuilder
+from tidelog.records.errors import RecordsError
+from tidelog.records.reader import iter_records
+from tidelog.storage.checkpoint import FsyncFn
+from tidelog.storage.config import LONG_MAX, LogConfig
+from tidelog.storage.log import Log, RecoveryReport
+
+__all__ = ["METADATA_PARTITION", "METADATA_TOPIC", "MetadataLog"]
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION = 0
+# Reads during replay go in pieces of this size (a larger batch is read whole).
+_READ_BYTES = 1 << 20
+
+# Never deleted by retention; batches are as large as an operation needs (a topic with
+# many partitions), bounded by the controller's per-operation limit.
+METADATA_LOG_CONFIG = LogConfig(
+    segment_bytes=64 * 1024 * 1024,
+    segment_ms=LONG_MAX,
+    retention_ms=-1,
+    retention_bytes=-1,
+    max_message_bytes=2**31 - 1,
+)
+
+
+class MetadataLog:
+    """Appends metadata record batches durably and reads them back in order."""
+
+    def __init__(self, log: Log, clock: Callable[[], int]) -> None:
+        self._log = log
+        self._clock = clock
+
+    @classmethod
+    def open(
+        cls,
+        metadata_log_dir: str | Path,
+        *,
+        clock: Callable[[], int],
+        fsync: FsyncFn = os.fsync,
+    ) -> MetadataLog:
+        """Open (creating when absent) ``<metadata_log_dir>/__cluster_metadata-0``.
+
+        Every batch is re-checked on open (the log is small and must be exact): a torn or
+        corrupt tail is truncated by storage recovery (see :attr:`recovery_report`).
+        """
+        directory = Path(metadata_log_dir) / f"{METADATA_TOPIC}-{METADATA_PARTITION}"
+        log = Log.open(
+            directory,
+            METADATA_LOG_CONFIG,
+            topic=METADATA_TOPIC,
+            partition=METADATA_PARTITION,
+            clock=clock,
+            clean_shutdown=False,
+            fsync=fsync,
+        )
+        return cls(log, clock)
+
+    @property
+    def directory(self) -> Path:
+        return self._log.directory
+
+    @property
+    def recovery_report(self) -> RecoveryReport:
+        return self._log.recovery_report
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next record gets."""
+        return self._log.log_end_offset
+
+    # -- writing -----------------------------------------------------------------------
+
+    @staticmethod
+    def build_batch(records: Sequence[MetadataRecord], timestamp: int) -> bytes:
+        """One record batch holding ``records`` (base offset 0; the log assigns offsets)."""
+        if not records:
+            raise ValueError("a metadata batch holds at least one record")
+        builder = BatchBuilder()
+        for record in records:
+            builder.append(None, encode_record(record), timestamp=timestamp)
+        return builder.close()
+
+    def append(self, records: Sequence[MetadataRecord], *, leader_epoch: int = 0) -> int:
+        """Append ``records`` as one batch, fsync it, and return its first offset."""
+        batch = self.build_batch(records, self._clock())
+        info = self._log.append(batch, leader_epoch=leader_epoch, durable=True)
+        return info.first_offset
+
+    def append_batches_as_follower(self, batches: bytes | bytearray | memoryview) -> int:
+        """Append batches that keep their offsets (replication); returns the new end."""
+        self._log.append_as_follower(batches, durable=True)
+        return self._log.log_end_offset
+
+    # -- reading -----------------------------------------------------------------------
+
+    def read_batches(self, start: int = 0) -> Iterator[list[tuple[int, MetadataRecord]]]:
+        """The records from offset ``start`` on, batch by batch, as (offset, record).
+
+        Raises MetadataRecordError for a batch or record that does not decode (storage
+        recovery has already dropped torn tails, so this means damage inside the log).
+        """
+        offset = max(start, self._log.log_start_offset)
+        end = self._log.log_end_offset
+        while offset < end:
+            data = self._log.read_bytes(offset, _READ_BYTES, whole_batches=True)
+            if not data:
+                break
+            try:
+                for position, header in iter_batches(data):
+                    if header.next_offset <= offset:
+                        continue
+                    batch: list[tuple[int, MetadataRecord]] = []
+                    for record in iter_records(data, position, header=header):
+                        if record.offset >= offset:
+                            batch.append((record.offset, decode_record(record.value)))
+                    offset = header.next_offset
+                    if batch:
+                        yield batch
+            except RecordsError as exc:
+                raise MetadataRecordError(
+                    f"metadata log batch near offset {offset} does not decode: {exc}"
+                ) from exc
+
+    def replay(self, image: MetadataImage) -> MetadataImage:
+        """``image`` with every record after ``image.offset`` applied."""
+        for batch in self.read_batches(image.offset + 1):
+            image, _ = image.apply(batch)
+        return image
+
+    def close(self) -> None:
+        self._log.close()

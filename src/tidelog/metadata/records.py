@@ -1,0 +1,393 @@
+"""Metadata records: what the metadata log holds, one record per record-batch record.
+
+Encoding of one record's value (the record key is null)::
+
+    type     uint8     which record (RecordType)
+    version  uint8     the version of that type's body (all are 0 today)
+    body     UTF-8 JSON object, keys sorted, no spaces
+
+JSON keeps the records readable with ``tidelog dump-log`` and makes adding a field
+cheap: a decoder ignores fields it does not know, and a field added later gets a default,
+so a newer body version only appears when a field changes meaning. UUIDs are written in
+their 36-character text form. Every record is small, and the batch around it is
+checksummed (CRC-32C) and may be compressed, so a binary body would buy little.
+
+Decoding never trusts the bytes: a wrong type, a body that is not a JSON object or a
+field of the wrong type raises :class:`~tidelog.metadata.errors.MetadataRecordError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tidelog.metadata.errors import MetadataRecordError
+
+__all__ = [
+    "BrokerEndpoint",
+    "ConfigRecord",
+    "FeatureLevelRecord",
+    "MetadataRecord",
+    "PartitionChangeRecord",
+    "PartitionRecord",
+    "ProducerIdsRecord",
+    "RecordType",
+    "RegisterBrokerRecord",
+    "RemoveTopicRecord",
+    "TopicRecord",
+    "decode_record",
+    "encode_record",
+]
+
+# Body sizes are bounded by the batch; this bounds what a decoder even looks at.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+
+
+class RecordType(enum.IntEnum):
+    REGISTER_BROKER = 1
+    TOPIC = 2
+    PARTITION = 3
+    PARTITION_CHANGE = 4
+    CONFIG = 5
+    REMOVE_TOPIC = 6
+    PRODUCER_IDS = 7
+    FEATURE_LEVEL = 8
+
+
+Json = dict[str, object]
+
+
+class _Fields:
+    """Typed access to a decoded JSON body; every mismatch is a MetadataRecordError."""
+
+    def __init__(self, kind: str, body: Mapping[str, object]) -> None:
+        self.kind = kind
+        self.body = body
+
+    def _fail(self, name: str, expected: str) -> MetadataRecordError:
+        return MetadataRecordError(
+            f"{self.kind} record field {name!r} is {self.body.get(name)!r}, expected {expected}"
+        )
+
+    def integer(self, name: str, default: int | None = None) -> int:
+        value = self.body.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self._fail(name, "an integer")
+        return value
+
+    def text(self, name: str) -> str:
+        value = self.body.get(name)
+        if not isinstance(value, str):
+            raise self._fail(name, "a string")
+        return value
+
+    def opt_text(self, name: str) -> str | None:
+        value = self.body.get(name)
+        if value is not None and not isinstance(value, str):
+            raise self._fail(name, "a string or null")
+        return value
+
+    def uid(self, name: str) -> uuid.UUID:
+        text = self.text(name)
+        try:
+            return uuid.UUID(text)
+        except ValueError:
+            raise self._fail(name, "a UUID") from None
+
+    def integers(self, name: str) -> tuple[int, ...]:
+        value = self.body.get(name)
+        if not isinstance(value, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in value
+        ):
+            raise self._fail(name, "a list of integers")
+        return tuple(value)
+
+    def opt_integers(self, name: str) -> tuple[int, ...] | None:
+        return None if self.body.get(name) is None else self.integers(name)
+
+    def opt_integer(self, name: str) -> int | None:
+        return None if self.body.get(name) is None else self.integer(name)
+
+    def objects(self, name: str) -> list[Mapping[str, object]]:
+        value = self.body.get(name)
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise self._fail(name, "a list of objects")
+        return value
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+
+
+@dataclass(frozen=True)
+class RegisterBrokerRecord:
+    """A broker (here: this node) registered; ``incarnation_id`` is new at every start.
+
+    The broker epoch is the offset of this record in the metadata log (as in KRaft).
+    """
+
+    TYPE: ClassVar[RecordType] = RecordType.REGISTER_BROKER
+    broker_id: int
+    incarnation_id: uuid.UUID
+    endpoints: tuple[BrokerEndpoint, ...]
+    rack: str | None = None
+
+    def to_json(self) -> Json:
+        return {
+            "broker_id": self.broker_id,
+            "incarnation_id": str(self.incarnation_id),
+            "endpoints": [
+                {"name": e.name, "host": e.host, "port": e.port, "protocol": e.security_protocol}
+                for e in self.endpoints
+            ],
+            "rack": self.rack,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> RegisterBrokerRecord:
+        endpoints = []
+        for item in f.objects("endpoints"):
+            e = _Fields("endpoint", item)
+            endpoints.append(
+                BrokerEndpoint(
+                    e.text("name"), e.text("host"), e.integer("port"), e.text("protocol")
+                )
+            )
+        return cls(
+            f.integer("broker_id"), f.uid("incarnation_id"), tuple(endpoints), f.opt_text("rack")
+        )
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    """A topic exists under ``name`` with id ``topic_id`` (its partitions follow)."""
+
+    TYPE: ClassVar[RecordType] = RecordType.TOPIC
+    name: str
+    topic_id: uuid.UUID
+
+    def to_json(self) -> Json:
+        return {"name": self.name, "topic_id": str(self.topic_id)}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> TopicRecord:
+        return cls(f.text("name"), f.uid("topic_id"))
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """A partition of a topic with its whole state (creation, or a full restatement)."""
+
+    TYPE: ClassVar[RecordType] = RecordType.PARTITION
+    topic_id: uuid.UUID
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+    def to_json(self) -> Json:
+        return {
+            "topic_id": str(self.topic_id),
+            "partition": self.partition,
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> PartitionRecord:
+        return cls(
+            f.uid("topic_id"),
+            f.integer("partition"),
+            f.integers("replicas"),
+            f.integers("isr"),
+            f.integer("leader"),
+            f.integer("leader_epoch", 0),
+            f.integer("partition_epoch", 0),
+        )
+
+
+@dataclass(frozen=True)
+class PartitionChangeRecord:
+    """A change of leader, ISR or replicas; ``None`` fields stay as they are.
+
+    Applying it raises the partition epoch by one, and the leader epoch by one when the
+    leader changes.
+    """
+
+    TYPE: ClassVar[RecordType] = RecordType.PARTITION_CHANGE
+    topic_id: uuid.UUID
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+
+    def to_json(self) -> Json:
+        return {
+            "topic_id": str(self.topic_id),
+            "partition": self.partition,
+            "leader": self.leader,
+            "isr": None if self.isr is None else list(self.isr),
+            "replicas": None if self.replicas is None else list(self.replicas),
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> PartitionChangeRecord:
+        return cls(
+            f.uid("topic_id"),
+            f.integer("partition"),
+            f.opt_integer("leader"),
+            f.opt_integers("isr"),
+            f.opt_integers("replicas"),
+        )
+
+
+@dataclass(frozen=True)
+class ConfigRecord:
+    """Set (``value`` text) or delete (``value`` None) one config key of a resource.
+
+    ``resource_type`` is Kafka's ConfigResource type: 2 topic (name: the topic name),
+    4 broker (name: the node id as text, or "" for the cluster-wide default).
+    """
+
+    TYPE: ClassVar[RecordType] = RecordType.CONFIG
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
+
+    def to_json(self) -> Json:
+        return {
+            "resource_type": self.resource_type,
+            "resource_name": self.resource_name,
+            "name": self.name,
+            "value": self.value,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> ConfigRecord:
+        return cls(
+            f.integer("resource_type"), f.text("resource_name"), f.text("name"), f.opt_text("value")
+        )
+
+
+@dataclass(frozen=True)
+class RemoveTopicRecord:
+    """The topic with this id is gone, with its partitions and config overrides."""
+
+    TYPE: ClassVar[RecordType] = RecordType.REMOVE_TOPIC
+    topic_id: uuid.UUID
+
+    def to_json(self) -> Json:
+        return {"topic_id": str(self.topic_id)}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> RemoveTopicRecord:
+        return cls(f.uid("topic_id"))
+
+
+@dataclass(frozen=True)
+class ProducerIdsRecord:
+    """A block of producer ids was handed to ``broker_id``; ``next_producer_id`` is the
+    first id of the next block (ids below it are never handed out again)."""
+
+    TYPE: ClassVar[RecordType] = RecordType.PRODUCER_IDS
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+    def to_json(self) -> Json:
+        return {
+            "broker_id": self.broker_id,
+            "broker_epoch": self.broker_epoch,
+            "next_producer_id": self.next_producer_id,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> ProducerIdsRecord:
+        return cls(f.integer("broker_id"), f.integer("broker_epoch"), f.integer("next_producer_id"))
+
+
+@dataclass(frozen=True)
+class FeatureLevelRecord:
+    """A finalized feature level (``metadata.version`` ...); level 0 removes the feature."""
+
+    TYPE: ClassVar[RecordType] = RecordType.FEATURE_LEVEL
+    name: str
+    level: int
+
+    def to_json(self) -> Json:
+        return {"name": self.name, "level": self.level}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> FeatureLevelRecord:
+        return cls(f.text("name"), f.integer("level"))
+
+
+MetadataRecord = (
+    RegisterBrokerRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | ConfigRecord
+    | RemoveTopicRecord
+    | ProducerIdsRecord
+    | FeatureLevelRecord
+)
+
+_DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
+    RecordType.REGISTER_BROKER: RegisterBrokerRecord.from_json,
+    RecordType.TOPIC: TopicRecord.from_json,
+    RecordType.PARTITION: PartitionRecord.from_json,
+    RecordType.PARTITION_CHANGE: PartitionChangeRecord.from_json,
+    RecordType.CONFIG: ConfigRecord.from_json,
+    RecordType.REMOVE_TOPIC: RemoveTopicRecord.from_json,
+    RecordType.PRODUCER_IDS: ProducerIdsRecord.from_json,
+    RecordType.FEATURE_LEVEL: FeatureLevelRecord.from_json,
+}
+# The newest body version of each type this code reads and writes.
+VERSION = 0
+
+
+def encode_record(record: MetadataRecord) -> bytes:
+    """The value bytes of one metadata record."""
+    body = json.dumps(record.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return bytes((int(record.TYPE), VERSION)) + body.encode("utf-8")
+
+
+def decode_record(value: bytes | bytearray | memoryview | None) -> MetadataRecord:
+    """The record a value holds; raises MetadataRecordError for anything malformed."""
+    if value is None:
+        raise MetadataRecordError("metadata record without a value")
+    data = bytes(value)
+    if len(data) < 2:
+        raise MetadataRecordError(f"metadata record of {len(data)} bytes has no header")
+    if len(data) > MAX_RECORD_BYTES:
+        raise MetadataRecordError(f"metadata record of {len(data)} bytes is too large")
+    try:
+        kind = RecordType(data[0])
+    except ValueError:
+        raise MetadataRecordError(f"unknown metadata record type {data[0]}") from None
+    if data[1] > VERSION:
+        raise MetadataRecordError(
+            f"{kind.name} record version {data[1]} is newer than this broker reads ({VERSION})"
+        )
+    try:
+        body = json.loads(data[2:].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MetadataRecordError(f"{kind.name} record body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise MetadataRecordError(f"{kind.name} record body is not a JSON object")
+    return _DECODERS[kind](_Fields(kind.name, body))
