@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from tidelog import __version__
-from tidelog.cli import dump_log
+from tidelog.cli import configs, consume, dump_log, produce, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,26 +17,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tidelog {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="start a single-node broker")
-    serve.set_defaults(run=_serve_not_ready)
-
-    dump_log.add_parser(commands)
-    from tidelog.cli import configs, consume, produce, topics
-
+    serve.add_parser(commands)
     topics.add_parser(commands)
     produce.add_parser(commands)
     consume.add_parser(commands)
     configs.add_parser(commands)
+    dump_log.add_parser(commands)
     return parser
-
-
-def _serve_not_ready(args: argparse.Namespace) -> int:
-    print(
-        "tidelog serve: the broker is not part of this release yet; "
-        "the storage and record layers it builds on are",
-        file=sys.stderr,
-    )
-    return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

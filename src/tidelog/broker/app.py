@@ -1,0 +1,194 @@
+"""Start and stop a single-node broker process (controller and broker in one).
+
+Start: replay the metadata log (controller), open every partition log (recovering after
+an unclean shutdown), make the partitions match the metadata image, listen.
+Run: serve connections; in the background apply retention, the flush policy,
+checkpoints and compaction on Kafka's schedules, each in a worker thread.
+Stop (SIGTERM/SIGINT): stop accepting and reading, finish the requests already taken
+and send their responses, then flush and close every log with the clean-shutdown marker
+so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+from tidelog.broker.broker import Broker, wall_clock_ms
+from tidelog.broker.handlers import HANDLERS
+from tidelog.broker.partitions import Partitions
+from tidelog.broker.server import BrokerServer
+from tidelog.metadata.configs import BrokerConfig
+from tidelog.metadata.controller import Controller
+from tidelog.metadata.image import MetadataDelta, MetadataImage
+from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
+from tidelog.protocol import SUPPORTED_VERSIONS, restrict
+from tidelog.storage import LogManager
+
+_log = logging.getLogger("tidelog.broker")
+
+# Kafka's "never" for interval configs; a schedule this long is not run at all.
+_NEVER_MS = 2**62
+
+
+class BrokerApp:
+    """One broker process's parts, in start order."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.static_config = config
+        self.clock = clock
+        self.controller: Controller | None = None
+        self.logs: LogManager | None = None
+        self.broker: Broker | None = None
+        self.server: BrokerServer | None = None
+        self._background: list[asyncio.Task[None]] = []
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        controller = await asyncio.to_thread(Controller.start, self.static_config, clock=self.clock)
+        self.controller = controller
+        config = controller.config
+        logs = LogManager(
+            config.log_dirs,
+            clock=self.clock,
+            default_config=config.default_log_config,
+            reserved_dirs={f"{METADATA_TOPIC}-{METADATA_PARTITION}"},
+        )
+        await asyncio.to_thread(logs.open)
+        self.logs = logs
+        for tp, report in logs.recovery_reports.items():
+            if report.problems:
+                _log.warning(
+                    "recovered %s-%s: dropped %d bytes (%s)",
+                    tp[0],
+                    tp[1],
+                    report.bytes_dropped,
+                    "; ".join(p.reason for p in report.problems),
+                )
+        broker = Broker(
+            node_id=config.node_id,
+            partitions=Partitions(logs),
+            clock=self.clock,
+            controller=controller,
+        )
+        self.broker = broker
+        broker.apply_metadata(controller.image, None)
+
+        def on_change(image: MetadataImage, delta: MetadataDelta) -> None:
+            # Called inside a controller operation, in a worker thread: queue the change on
+            # the loop ahead of the operation's completion (see broker.py).
+            loop.call_soon_threadsafe(broker.apply_metadata, image, delta)
+
+        controller.add_listener(on_change)
+
+        listener = config.listeners[0]
+        advertised = (config.advertised_listeners or [listener])[0]
+        broker.advertised_host = advertised.host or "127.0.0.1"
+        accepted = restrict(HANDLERS.keys(), SUPPORTED_VERSIONS)
+        broker.advertised_versions = accepted
+        server = BrokerServer(
+            broker,
+            listener.host or "0.0.0.0",
+            listener.port,
+            HANDLERS,
+            accepted,
+            max_frame_size=config.socket_request_max_bytes,
+            max_in_flight=config.queued_max_requests,
+        )
+        await server.start()
+        self.server = server
+        broker.advertised_port = advertised.port if advertised.port else server.port
+        self._start_background(config)
+        _log.info(
+            "broker %d serving on %s:%d (cluster %s, %d partitions)",
+            config.node_id,
+            broker.advertised_host,
+            broker.advertised_port,
+            broker.cluster_id,
+            len(broker.partitions),
+        )
+
+    def _start_background(self, config: BrokerConfig) -> None:
+        logs = self.logs
+        assert logs is not None
+        schedules: list[tuple[str, int, Callable[[], object]]] = [
+            (
+                "retention",
+                config.log_retention_check_interval_ms,
+                lambda: logs.cleanup(self.clock()),
+            ),
+            (
+                "flush",
+                min(config.log_flush_scheduler_interval_ms, 1000),
+                lambda: logs.flush_due(self.clock()),
+            ),
+            ("checkpoint", config.log_flush_offset_checkpoint_interval_ms, logs.checkpoint),
+        ]
+        for name, interval_ms, job in schedules:
+            if interval_ms < _NEVER_MS:
+                self._background.append(
+                    asyncio.create_task(self._every(name, interval_ms, job), name=name)
+                )
+
+    async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await asyncio.to_thread(job)
+            except Exception:
+                _log.exception("background %s failed; will try again", name)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.shutdown()
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.broker is not None:
+            # Producer-state snapshots first, so the next start need not rescan the logs.
+            await asyncio.to_thread(self.broker.partitions.close)
+        if self.logs is not None:
+            await asyncio.to_thread(self.logs.close)
+        if self.controller is not None:
+            self.controller.close()
+        _log.info("broker stopped cleanly")
+
+
+async def serve_until_signalled(
+    config: BrokerConfig, *, on_started: Callable[[BrokerApp], Awaitable[None]] | None = None
+) -> None:
+    app = BrokerApp(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await app.start()
+        if on_started is not None:
+            await on_started(app)
+        await stop.wait()
+        _log.info("shutting down")
+    finally:
+        await app.stop()
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """Run until SIGTERM/SIGINT; the process exit code."""
+    import uvloop
+
+    try:
+        uvloop.run(serve_until_signalled(config))
+    except OSError as exc:
+        _log.error("cannot start: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,166 @@
+"""The broker: the services API handlers share, kept in step with the metadata image.
+
+Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
+
+* ``partitions`` — the partitions this node leads (:class:`~tidelog.broker.partitions.Partitions`);
+* ``controller`` — the metadata controller (topics, configs, producer ids); its operations
+  block on fsync, so handlers call them through :meth:`Broker.run_blocking`;
+* ``image`` — the current metadata image; ``config`` — the broker configuration with its
+  dynamic values applied (Kafka's names);
+* ``clock()`` — milliseconds, the only source of time for handlers;
+* ``node_id``, ``cluster_id``, ``advertised_host``, ``advertised_port``;
+* ``advertised_versions`` — the version table ApiVersions answers with.
+
+Every metadata change reaches :meth:`Broker.apply_metadata` on the event loop thread, in
+the order the controller applied them, *before* the handler that caused it resumes: the
+controller calls its listeners inside the operation, and the listener queues the
+application on the loop ahead of the operation's own completion. So a CreateTopics
+response is never sent before the topic's partitions exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from tidelog.broker.partitions import Partition, Partitions
+from tidelog.metadata.configs import BrokerConfig, topic_log_config
+from tidelog.metadata.controller import Controller
+from tidelog.metadata.image import MetadataDelta, MetadataImage
+from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, VersionRange
+from tidelog.storage import LogConfig
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ProducerIdsExhausted(Exception):
+    """The controller could not hand out a producer id block; carries the error code."""
+
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class Broker:
+    """Shared state of one broker process. Built and started by :mod:`tidelog.broker.app`."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        partitions: Partitions,
+        clock: Callable[[], int],
+        controller: Controller | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.partitions = partitions
+        self.clock = clock
+        self.controller = controller
+        self.cluster_id = controller.image.cluster_id if controller is not None else ""
+        self.advertised_host = "127.0.0.1"
+        self.advertised_port = 9092
+        self.advertised_versions: Mapping[ApiKey, VersionRange] = SUPPORTED_VERSIONS
+        self._next_producer_id = 0
+        self._producer_id_end = 0
+
+    # -- metadata ------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        assert self.controller is not None, "broker built without a controller"
+        return self.controller.image
+
+    @property
+    def config(self) -> BrokerConfig:
+        assert self.controller is not None, "broker built without a controller"
+        return self.controller.config
+
+    def topic_name_of(self, topic_id: uuid.UUID) -> str | None:
+        topic = self.image.topic_by_id(topic_id)
+        return topic.name if topic is not None else None
+
+    def topic_id_of(self, topic: str) -> uuid.UUID | None:
+        found = self.image.topic(topic)
+        return found.topic_id if found is not None else None
+
+    def log_config_of(self, topic: str) -> LogConfig:
+        return topic_log_config(self.config, self.image.topic_config(topic))
+
+    async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call (controller operation, fsync) in a worker thread."""
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    def apply_metadata(self, image: MetadataImage, delta: MetadataDelta | None) -> None:
+        """Make the partitions match ``image``: create, delete, reconfigure.
+
+        ``delta`` None means "check everything" (at start, after replaying the log): also
+        removes partitions of topics the image no longer has, e.g. deleted while this
+        broker was down.
+        """
+        if delta is None:
+            wanted = set(image.topics_by_name)
+            for stale in {p.topic for p in self.partitions} - wanted:
+                _log.info("removing the logs of %s, which the metadata no longer has", stale)
+                self.partitions.remove_topic(stale)
+            for name in sorted(wanted):
+                self._ensure_topic(image, name)
+            return
+        for deleted in delta.deleted_topics:
+            self.partitions.remove_topic(deleted.name)
+        for name, _ in delta.created_partitions:
+            self._ensure_topic(image, name)
+        for name, _ in delta.changed_partitions:
+            self._ensure_topic(image, name)
+        if delta.changed_broker_configs:
+            reconfigure = set(image.topics_by_name)
+        else:
+            reconfigure = set(delta.changed_topic_configs)
+        for name in sorted(reconfigure):
+            config = topic_log_config(self.config, image.topic_config(name))
+            for partition in self.partitions.of_topic(name):
+                partition.log.update_config(config)
+
+    def _ensure_topic(self, image: MetadataImage, name: str) -> list[Partition]:
+        topic = image.topic(name)
+        if topic is None:
+            return []
+        config = topic_log_config(self.config, image.topic_config(name))
+        ensured = []
+        for index, part in sorted(topic.partitions.items()):
+            if part.leader != self.node_id:
+                continue
+            ensured.append(
+                self.partitions.ensure(
+                    name,
+                    index,
+                    config=config,
+                    topic_id=topic.topic_id,
+                    leader_epoch=part.leader_epoch,
+                )
+            )
+        return ensured
+
+    # -- producer ids --------------------------------------------------------------------
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before (blocks come from the controller)."""
+        if self._next_producer_id >= self._producer_id_end:
+            assert self.controller is not None, "broker built without a controller"
+            block = await self.run_blocking(self.controller.allocate_producer_ids, self.node_id)
+            if not block.error.ok:
+                raise ProducerIdsExhausted(block.error.code, block.error.message)
+            self._next_producer_id = block.first_producer_id
+            self._producer_id_end = block.first_producer_id + block.length
+        producer_id = self._next_producer_id
+        self._next_producer_id += 1
+        return producer_id

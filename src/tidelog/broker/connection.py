@@ -1,0 +1,304 @@
+"""One client connection: read frames, dispatch requests in order, send responses in order.
+
+Two tasks per connection:
+
+* the *reader* receives bytes into a reusable buffer, cuts frames (bounded by
+  ``socket.request.max.bytes`` before anything is allocated), parses each request and runs
+  its handler. Handlers run one at a time, in arrival order, so their effects (appends,
+  commits) happen in request order; a handler that must wait returns a
+  :class:`~tidelog.broker.reply.Deferred` instead of blocking the connection;
+* the *writer* takes replies from a bounded queue in request order, waits for each one
+  that is deferred, and sends it. The queue bound (``queued.max.requests`` per
+  connection, Kafka's name) is the in-flight limit: when it is full the reader stops
+  reading, and TCP pushes back on the client.
+
+Sockets are raw non-blocking sockets driven by the loop's ``sock_*`` calls rather than
+transports, because only a socket we own lets us hand file regions to ``os.sendfile``
+(zero copy from segment files to the network).
+
+A request that cannot be parsed closes this connection only, after one log line; the
+ApiVersions request of a version we do not know gets Kafka's v0 fallback answer instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tidelog.broker.reply import NO_RESPONSE, Deferred, EncodedResponse, Handler, size_prefix
+from tidelog.protocol import (
+    ApiKey,
+    FrameDecoder,
+    ProtocolError,
+    RequestHeader,
+    ResponseHeader,
+    UnsupportedVersionError,
+    VersionRange,
+    encode_api_versions_fallback,
+    encode_response,
+    parse_request,
+    response_header_version,
+)
+from tidelog.protocol.headers import encode_response_header
+from tidelog.storage import FileSlice
+
+if TYPE_CHECKING:
+    from tidelog.broker.broker import Broker
+
+_log = logging.getLogger(__name__)
+
+_RECV_SIZE = 256 * 1024
+
+
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    __slots__ = ("broker", "connection", "header")
+
+    def __init__(self, broker: Broker, connection: Connection, header: RequestHeader) -> None:
+        self.broker = broker
+        self.connection = connection
+        self.header = header
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str:
+        # Kafka treats a null client id as the empty string.
+        return self.header.client_id or ""
+
+    @property
+    def peer(self) -> str:
+        return self.connection.peer
+
+
+class _Closed(Exception):
+    """The connection is going away; stop quietly."""
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close the connection without answering the request.
+
+    Responses to earlier requests are still sent, then the connection closes. Produce with
+    acks=0 uses it when a partition failed: the client gets no answer, so Kafka closes the
+    connection to make it refresh its metadata.
+    """
+
+
+class Connection:
+    """A client connection; :meth:`run` serves it until the client or the broker ends it."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        broker: Broker,
+        handlers: Mapping[int, Handler],
+        accepted: Mapping[ApiKey, VersionRange],
+        *,
+        max_frame_size: int,
+        max_in_flight: int,
+    ) -> None:
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._broker = broker
+        self._handlers = handlers
+        self._accepted = accepted
+        self._decoder = FrameDecoder(max_frame_size)
+        self._queue: asyncio.Queue[tuple[RequestHeader | None, Any]] = asyncio.Queue(
+            max(1, max_in_flight)
+        )
+        self._loop = asyncio.get_running_loop()
+        self._reading: asyncio.Task[None] | None = None
+        self._closing = False
+        try:
+            host, port = sock.getpeername()[:2]
+            self.peer = f"{host}:{port}"
+        except OSError:
+            self.peer = "?"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write_loop(), name=f"write {self.peer}")
+        reading = asyncio.create_task(self._read_loop(), name=f"read {self.peer}")
+        self._reading = reading
+        # A writer that ends (client gone, send failed) must not leave the reader blocked
+        # on a full queue.
+        writer.add_done_callback(lambda _: reading.cancel())
+        try:
+            # The reader ends at EOF, a protocol error, or stop_reading(); the writer then
+            # sends whatever is still queued and ends at the end-of-stream marker.
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            if not writer.done():
+                await self._queue.put((None, None))
+                await writer
+        except (ConnectionError, OSError, _Closed):
+            pass
+        finally:
+            writer.cancel()
+            with contextlib.suppress(BaseException):
+                await writer
+            self._drain_unsent()
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+    def stop_reading(self) -> None:
+        """Take no new requests; responses already in flight are still sent (shutdown)."""
+        self._closing = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    def abort(self) -> None:
+        """Drop the connection now."""
+        self._closing = True
+        if self._reading is not None:
+            self._reading.cancel()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        buf = bytearray(_RECV_SIZE)
+        view = memoryview(buf)
+        loop = self._loop
+        try:
+            while not self._closing:
+                n = await loop.sock_recv_into(self._sock, buf)
+                if n == 0:
+                    return
+                for frame in self._decoder.feed(view[:n]):
+                    await self._handle_frame(frame)
+                    if self._closing:
+                        return
+        except ProtocolError as exc:
+            _log.warning("closing connection from %s: %s", self.peer, exc)
+        except (ConnectionError, OSError):
+            return
+
+    async def _handle_frame(self, frame: memoryview) -> None:
+        try:
+            header, request = parse_request(frame, self._accepted)
+        except UnsupportedVersionError as exc:
+            assert exc.header is not None
+            if exc.header.api_key == ApiKey.API_VERSIONS:
+                await self._queue.put((exc.header, encode_api_versions_fallback(exc.header)))
+                return
+            _log.warning("closing connection from %s: %s", self.peer, exc)
+            self._closing = True
+            return
+        except ProtocolError as exc:
+            _log.warning("closing connection from %s: %s", self.peer, exc)
+            self._closing = True
+            return
+        handler = self._handlers[header.api_key]
+        ctx = RequestContext(self._broker, self, header)
+        try:
+            reply = await handler(ctx, request)
+        except CloseConnection as exc:
+            _log.info("closing connection from %s: %s", self.peer, exc)
+            self._closing = True
+            return
+        except Exception:
+            # A handler bug must not take the broker down; Kafka closes the connection of a
+            # request it failed to handle in an unexpected way, and so do we.
+            _log.exception(
+                "%s v%d from %s failed; closing the connection",
+                ApiKey(header.api_key).name,
+                header.api_version,
+                self.peer,
+            )
+            self._closing = True
+            return
+        await self._queue.put((header, reply))
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            header, reply = await self._queue.get()
+            if header is None and reply is None:
+                return
+            if isinstance(reply, Deferred):
+                reply = await reply.waiter
+            if reply is NO_RESPONSE:
+                continue
+            if isinstance(reply, bytes):
+                await self._loop.sock_sendall(self._sock, reply)
+            elif isinstance(reply, EncodedResponse):
+                assert header is not None
+                try:
+                    await self._send_encoded(header, reply)
+                finally:
+                    reply.close()
+            else:
+                assert header is not None
+                await self._loop.sock_sendall(self._sock, encode_response(header, reply))
+
+    async def _send_encoded(self, header: RequestHeader, reply: EncodedResponse) -> None:
+        response_header = encode_response_header(
+            ResponseHeader(
+                header.correlation_id,
+                response_header_version(header.api_key, header.api_version),
+            )
+        )
+        pending = bytearray(size_prefix(len(response_header) + reply.size))
+        pending += response_header
+        for part in reply.parts:
+            if isinstance(part, bytes):
+                pending += part
+                continue
+            if pending:
+                await self._loop.sock_sendall(self._sock, pending)
+                pending = bytearray()
+            await self._sendfile(part)
+        if pending:
+            await self._loop.sock_sendall(self._sock, pending)
+
+    async def _sendfile(self, part: FileSlice) -> None:
+        offset, remaining = part.position, part.length
+        while remaining > 0:
+            try:
+                sent = os.sendfile(self._fd, part.fd, offset, remaining)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            if sent == 0:
+                # The segment was truncated under us: the response can no longer be
+                # completed, and a short response would desynchronise the client.
+                raise _Closed(f"segment shrank while sending to {self.peer}")
+            offset += sent
+            remaining -= sent
+
+    async def _writable(self) -> None:
+        waiter: asyncio.Future[None] = self._loop.create_future()
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        self._loop.add_writer(self._fd, ready)
+        try:
+            await waiter
+        finally:
+            self._loop.remove_writer(self._fd)
+
+    def _drain_unsent(self) -> None:
+        while not self._queue.empty():
+            _, reply = self._queue.get_nowait()
+            if isinstance(reply, EncodedResponse):
+                reply.close()
+            elif isinstance(reply, Deferred):
+                waiter = reply.waiter
+                if isinstance(waiter, asyncio.Future | asyncio.Task):
+                    waiter.cancel()
+                elif asyncio.iscoroutine(waiter):
+                    waiter.close()

@@ -1,0 +1,288 @@
+"""The partitions this broker leads, each a storage log plus its leader state.
+
+On a single node every partition's replica set is this broker, the ISR is this broker,
+and the high watermark is the log end offset: a record is committed once it is in the
+log (Kafka's rule with an ISR of one). ``acks=all`` additionally waits for the fsync,
+which is this broker's replacement for replication (ARCHITECTURE.md §3).
+
+Appends run on the event loop thread, synchronously, in request order: a write into the
+page cache is short, and doing it inline keeps the order of pipelined produce requests.
+Only the fsync of a durable append is handed to a worker thread, where concurrent
+callers share one fsync through the log's group commit.
+
+Fetch long polls wait on :meth:`Partition.wait_for_data`, which every append wakes.
+
+Each partition also owns its idempotent-producer state
+(:class:`~tidelog.storage.producer_state.ProducerStateManager`), loaded when the partition
+is opened. :meth:`Partition.check_producer` runs before a client append and
+:meth:`Partition.append` records the appended batches in it. A snapshot of it is written
+when a segment rolls (at the new segment's base offset, before the batches that rolled it
+are recorded) and by :meth:`Partition.close` on a clean shutdown. The state follows the
+log: when the log end offset moved without this class (truncation, replication), the
+next call catches up or rebuilds from the snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tidelog.records import BatchHeader, iter_batches
+from tidelog.storage import AppendInfo, Log, LogConfig, LogManager
+from tidelog.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerEntry,
+    ProducerStateManager,
+)
+
+_log = logging.getLogger(__name__)
+
+#: Kafka's ``producer.id.expiration.check.interval.ms``.
+PRODUCER_EXPIRATION_CHECK_INTERVAL_MS = 600_000
+
+
+def kafka_uuid_string(value: uuid.UUID) -> str:
+    """A UUID as Kafka prints topic ids (URL-safe base64, no padding), e.g. in
+    ``partition.metadata``."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+class Partition:
+    """One partition led by this broker."""
+
+    def __init__(
+        self,
+        log: Log,
+        *,
+        topic_id: uuid.UUID | None,
+        leader_epoch: int,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ) -> None:
+        self.log = log
+        self.topic = log.topic
+        self.index = log.partition
+        self.topic_id = topic_id
+        self.leader_epoch = leader_epoch
+        self._data_arrived: asyncio.Event | None = None
+        self.producers = ProducerStateManager.load(
+            log, producer_id_expiration_ms=producer_id_expiration_ms
+        )
+        self._active_base = log.active_segment.base_offset
+        self._next_expiry_check_ms = -1
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def append(
+        self,
+        batches: bytearray | memoryview,
+        *,
+        headers: list[BatchHeader] | None = None,
+        now_ms: int = -1,
+    ) -> AppendInfo:
+        """Append validated batches as leader (offsets assigned in place); wakes fetchers.
+
+        ``headers`` are the headers of ``batches`` when the caller already parsed them.
+        Batches with a producer id are recorded in the producer state; ``now_ms`` is the
+        broker time of the append (for producer expiry).
+        """
+        self._follow_log()
+        if headers is None:
+            headers = [header for _, header in iter_batches(batches, verify_crc=False)]
+        info = self.log.append(batches, leader_epoch=self.leader_epoch)
+        active_base = self.log.active_segment.base_offset
+        producers = self.producers
+        if active_base != self._active_base:
+            self._active_base = active_base
+            if active_base == info.first_offset and producers.end_offset == active_base:
+                # The append rolled: snapshot the state of everything below the new segment.
+                self._snapshot(active_base)
+        offset = info.first_offset
+        append_time = info.log_append_time
+        for header in headers:
+            last = offset + header.last_offset_delta
+            if header.producer_id >= 0 and not header.is_control:
+                producers.record(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_sequence,
+                    offset,
+                    last,
+                    append_time if append_time >= 0 else header.max_timestamp,
+                    now_ms,
+                )
+            offset = last + 1
+        producers.end_offset = max(producers.end_offset, info.last_offset + 1)
+        self._wake()
+        return info
+
+    # -- idempotent producers ----------------------------------------------------------
+
+    def check_producer(self, header: BatchHeader, now_ms: int) -> BatchMetadata | None:
+        """Check a client batch against the producer state (before :meth:`append`).
+
+        Returns the retained batch it duplicates, or None; raises
+        :class:`~tidelog.storage.producer_state.ProducerStateError` to refuse it.
+        """
+        self._follow_log()
+        self.maybe_expire_producers(now_ms)
+        return self.producers.check(
+            header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+        )
+
+    def active_producers(self, now_ms: int) -> list[ProducerEntry]:
+        """The producers the partition holds state for (DescribeProducers), by id."""
+        self._follow_log()
+        self.maybe_expire_producers(now_ms)
+        return sorted(self.producers.producers.values(), key=lambda e: e.producer_id)
+
+    def maybe_expire_producers(self, now_ms: int) -> None:
+        """Apply retention and ``producer.id.expiration.ms`` to the producer state, at most
+        once per check interval."""
+        producers = self.producers
+        producers.on_log_start_offset(self.log.log_start_offset)
+        if now_ms >= self._next_expiry_check_ms:
+            self._next_expiry_check_ms = now_ms + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS
+            producers.expire(now_ms)
+
+    def _follow_log(self) -> None:
+        producers = self.producers
+        leo = self.log.log_end_offset
+        if leo == producers.end_offset:
+            return
+        if leo > producers.end_offset:
+            producers.catch_up(self.log)
+        else:
+            producers.truncate(self.log)
+        self._active_base = self.log.active_segment.base_offset
+
+    def truncate_to(self, offset: int) -> bool:
+        """Truncate the log (see :meth:`Log.truncate_to`) and rebuild the producer state."""
+        truncated = self.log.truncate_to(offset)
+        if truncated:
+            self.producers.truncate(self.log)
+            self._active_base = self.log.active_segment.base_offset
+            self._wake()
+        return truncated
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.producers.truncate(self.log)
+        self._active_base = self.log.active_segment.base_offset
+        self._wake()
+
+    def close(self) -> None:
+        """Snapshot the producer state (clean shutdown); call before closing the log."""
+        if self.log.closed:
+            return
+        self._follow_log()
+        self._snapshot(None)
+
+    def _snapshot(self, offset: int | None) -> None:
+        # A snapshot only shortens the next load; failing to write one loses nothing (the
+        # state is rebuilt from the log), and must not fail an append that already happened.
+        try:
+            self.producers.take_snapshot(offset)
+        except OSError as exc:
+            _log.warning(
+                "%s-%d: could not write a producer state snapshot: %s", self.topic, self.index, exc
+            )
+
+    async def make_durable(self, end_offset: int) -> None:
+        """Return once everything below ``end_offset`` is fsynced (group commit)."""
+        if self.log.recovery_point >= end_offset:
+            return
+        await asyncio.to_thread(self.log.sync, end_offset)
+
+    def _wake(self) -> None:
+        event = self._data_arrived
+        if event is not None:
+            self._data_arrived = None
+            event.set()
+
+    def data_arrived(self) -> asyncio.Event:
+        """An event set by the next append (one shared event per wait round)."""
+        if self._data_arrived is None:
+            self._data_arrived = asyncio.Event()
+        return self._data_arrived
+
+    def wake_waiters(self) -> None:
+        """Wake long polls without an append (truncation, deletion, shutdown)."""
+        self._wake()
+
+
+class Partitions:
+    """Every partition this broker leads, backed by one :class:`LogManager`."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self.logs = logs
+        self._partitions: dict[TopicPartition, Partition] = {}
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    def __iter__(self) -> Iterator[Partition]:
+        return iter(list(self._partitions.values()))
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get(TopicPartition(topic, partition))
+
+    def of_topic(self, topic: str) -> list[Partition]:
+        return sorted(
+            (p for tp, p in self._partitions.items() if tp.topic == topic),
+            key=lambda p: p.index,
+        )
+
+    def ensure(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        config: LogConfig,
+        topic_id: uuid.UUID | None,
+        leader_epoch: int,
+    ) -> Partition:
+        """The partition, its log opened or created on first use."""
+        key = TopicPartition(topic, partition)
+        existing = self._partitions.get(key)
+        if existing is not None:
+            existing.leader_epoch = leader_epoch
+            return existing
+        log = self.logs.get_or_create_log(
+            topic, partition, config, topic_id=kafka_uuid_string(topic_id) if topic_id else None
+        )
+        created = Partition(log, topic_id=topic_id, leader_epoch=leader_epoch)
+        self._partitions[key] = created
+        return created
+
+    def close(self) -> None:
+        """Snapshot every partition's producer state; call before ``LogManager.close()``."""
+        for partition in self._partitions.values():
+            partition.close()
+
+    def remove_topic(self, topic: str) -> int:
+        """Delete every partition of ``topic`` and its files; the number removed."""
+        removed = 0
+        for key in [k for k in self._partitions if k.topic == topic]:
+            partition = self._partitions.pop(key)
+            partition.wake_waiters()
+            self.logs.delete_log(key.topic, key.partition)
+            removed += 1
+        return removed

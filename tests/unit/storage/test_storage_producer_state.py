@@ -1,0 +1,170 @@
+"""Producer state: sequence rules, snapshot format, loading, retention and expiry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.records import BatchBuilder
+from tidelog.storage import Log
+from tidelog.storage.producer_state import (
+    INT32_MAX,
+    BatchMetadata,
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerEntry,
+    ProducerStateManager,
+    decode_snapshot,
+    encode_snapshot,
+    list_snapshots,
+    snapshot_path,
+)
+
+from .storage_helpers import FakeClock
+
+
+def producer_batch(pid: int, epoch: int, seq: int, n: int = 2, ts: int = 1000) -> bytes:
+    builder = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    for i in range(n):
+        builder.append(b"k", b"v%d" % i, timestamp=ts)
+    return builder.close()
+
+
+def open_log(directory: Path, clock: FakeClock, clean: bool = False) -> Log:
+    return Log.open(directory, topic="t", partition=0, clock=clock, clean_shutdown=clean)
+
+
+def test_check_rules(tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    assert state.check(1, 0, 17, 18) is None  # unknown producer: any sequence
+    state.record(1, 0, 0, 1, 0, 1, 1000, 5)
+    assert state.check(1, 0, 2, 3) is None
+    assert state.check(1, 0, 0, 1) == BatchMetadata(0, 1, 0, 1, 1000)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(1, 0, 3, 4)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(1, 1, 2, 3)
+    assert state.check(1, 1, 0, 0) is None
+    state.record(1, 2, 0, 0, 2, 2, 1000, 5)
+    with pytest.raises(InvalidProducerEpochError):
+        state.check(1, 1, 1, 1)
+    assert state.check(1, 2, 0, 0) is not None  # duplicate in the new epoch
+
+
+def test_wrap(tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    state.record(1, 0, INT32_MAX - 1, INT32_MAX, 0, 1, 1000, 5)
+    assert state.check(1, 0, 0, 0) is None
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(1, 0, INT32_MAX, 0)
+
+
+entries = st.builds(
+    lambda pid, epoch, batches, ts: _entry(pid, epoch, batches, ts),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**15 - 1),
+    st.lists(
+        st.tuples(
+            st.integers(0, INT32_MAX),
+            st.integers(0, INT32_MAX),
+            st.integers(0, 2**62),
+            st.integers(0, 2**62),
+            st.integers(-1, 2**62),
+        ),
+        max_size=5,
+    ),
+    st.integers(-1, 2**62),
+)
+
+
+def _entry(
+    pid: int, epoch: int, batches: list[tuple[int, int, int, int, int]], ts: int
+) -> ProducerEntry:
+    entry = ProducerEntry(pid, epoch)
+    for batch in batches:
+        entry.batches.append(BatchMetadata(*batch))
+    entry.last_timestamp = ts
+    entry.last_update_ms = ts
+    return entry
+
+
+@given(st.integers(0, 2**62), st.lists(entries, max_size=8))
+def test_snapshot_roundtrip(offset: int, producers: list[ProducerEntry]) -> None:
+    data = encode_snapshot(offset, producers)
+    got_offset, got = decode_snapshot(data)
+    assert got_offset == offset
+    assert [(e.producer_id, e.epoch, list(e.batches), e.last_timestamp) for e in got] == [
+        (e.producer_id, e.epoch, list(e.batches), e.last_timestamp) for e in producers
+    ]
+
+
+@given(st.binary(max_size=200), st.integers(0, 300))
+def test_snapshot_garbage_never_crashes(data: bytes, cut: int) -> None:
+    good = encode_snapshot(5, [_entry(1, 0, [(0, 1, 0, 1, 9)], 9)])
+    for candidate in (data, good[:cut], good[:cut] + data):
+        if candidate == good:
+            continue
+        with pytest.raises(CorruptSnapshotError):
+            decode_snapshot(candidate)
+
+
+def test_load_rebuilds_from_headers_and_skips_bad_snapshots(tmp_path: Path) -> None:
+    clock = FakeClock()
+    directory = tmp_path / "t-0"
+    log = open_log(directory, clock)
+    log.append(producer_batch(1, 0, 0))
+    state = ProducerStateManager.load(log)
+    state.take_snapshot()  # at offset 2
+    log.append(producer_batch(1, 0, 2))
+    log.append(producer_batch(2, 3, 0, n=1))
+    # A corrupt newer snapshot (at the LEO) and one above the LEO are dropped.
+    snapshot_path(directory, 5).write_bytes(b"junk")
+    snapshot_path(directory, 99).write_bytes(encode_snapshot(99, []))
+    loaded = ProducerStateManager.load(log)
+    assert [o for o, _ in list_snapshots(directory)] == [2]
+    assert loaded.end_offset == 5
+    assert loaded.producers[1].last_seq == 3
+    assert loaded.producers[1].last_offset == 3
+    assert (loaded.producers[2].epoch, loaded.producers[2].last_seq) == (3, 0)
+    assert loaded.check(1, 0, 2, 3) == BatchMetadata(2, 3, 2, 3, 1000)
+    log.close()
+
+
+def test_recovery_keeps_snapshots(tmp_path: Path) -> None:
+    clock = FakeClock()
+    directory = tmp_path / "t-0"
+    log = open_log(directory, clock)
+    log.append(producer_batch(1, 0, 0), durable=True)
+    ProducerStateManager.load(log).take_snapshot()
+    log.close()
+    (directory / "00000000000000000002.snapshot.tmp").write_bytes(b"half written")
+    reopened = open_log(directory, clock, clean=False)
+    assert [o for o, _ in list_snapshots(directory)] == [2]
+    assert not (directory / "00000000000000000002.snapshot.tmp").exists()
+    assert ProducerStateManager.load(reopened).producers[1].last_seq == 1
+    reopened.close()
+
+
+def test_log_start_offset_and_expiry(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", clock)
+    log.append(producer_batch(1, 0, 0, ts=clock.now))
+    log.append(producer_batch(2, 0, 0, ts=clock.now))
+    state = ProducerStateManager.load(log, producer_id_expiration_ms=1000)
+    assert state.on_log_start_offset(2) == 1
+    assert set(state.producers) == {2}
+    assert state.expire(clock.now + 999) == 0
+    assert state.expire(clock.now + 1000) == 1
+    assert state.producers == {}
+    log.close()
+
+
+def test_snapshots_are_pruned(tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path)
+    for offset in (1, 2, 3, 4):
+        state.take_snapshot(offset)
+    assert [o for o, _ in list_snapshots(tmp_path)] == [3, 4]
