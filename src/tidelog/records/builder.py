@@ -22,6 +22,7 @@ from tidelog.records.batch import (
     _HEADER,
     CONTROL_MASK,
     CRC_START,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -60,12 +61,15 @@ class BatchBuilder:
     ``compression_level`` an optional codec level. ``log_append_time`` marks the batch
     LogAppendTime with that max timestamp (readers then report it for every record).
     ``transactional`` and ``control`` set the matching attribute bits.
+    ``last_offset_delta`` (default: the last record's offset delta) and
+    ``delete_horizon_ms`` are for the log cleaner; see the module docstring.
     """
 
     __slots__ = (
         "_base_timestamp",
         "_closed",
         "_count",
+        "_last_delta",
         "_max_timestamp",
         "_records",
         "base_offset",
@@ -73,6 +77,8 @@ class BatchBuilder:
         "compression",
         "compression_level",
         "control",
+        "delete_horizon_ms",
+        "last_offset_delta",
         "log_append_time",
         "partition_leader_epoch",
         "producer_epoch",
@@ -93,7 +99,13 @@ class BatchBuilder:
         transactional: bool = False,
         control: bool = False,
         log_append_time: int | None = None,
+        last_offset_delta: int | None = None,
+        delete_horizon_ms: int | None = None,
     ) -> None:
+        if last_offset_delta is not None and not 0 <= last_offset_delta <= INT32_MAX:
+            raise ValueError(f"last offset delta {last_offset_delta} is outside 0 .. 2**31 - 1")
+        if delete_horizon_ms is not None and not INT64_MIN <= delete_horizon_ms <= INT64_MAX:
+            raise ValueError(f"delete horizon {delete_horizon_ms} is outside the int64 range")
         self.compression = Compression(compression)
         self.compression_level = compression_level
         self.base_offset = base_offset
@@ -104,9 +116,12 @@ class BatchBuilder:
         self.transactional = transactional
         self.control = control
         self.log_append_time = log_append_time
+        self.last_offset_delta = last_offset_delta
+        self.delete_horizon_ms = delete_horizon_ms
         self._records = bytearray()
         self._count = 0
-        self._base_timestamp = -1
+        self._last_delta = -1
+        self._base_timestamp = -1 if delete_horizon_ms is None else delete_horizon_ms
         self._max_timestamp = -1
         self._closed = False
 
@@ -132,17 +147,32 @@ class BatchBuilder:
         headers: Iterable[tuple[str, bytes | bytearray | memoryview | None]] = (),
         *,
         timestamp: int,
+        offset_delta: int | None = None,
     ) -> int:
-        """Add one record with the next offset delta; returns that offset delta."""
+        """Add one record; returns its offset delta.
+
+        The delta is the next one (previous + 1) unless ``offset_delta`` is given, which
+        must be above the previous record's (the cleaner keeps original deltas).
+        """
         if self._closed:
             raise ValueError("the batch is already closed")
         if not INT64_MIN <= timestamp <= INT64_MAX:
             raise ValueError(f"timestamp {timestamp} is outside the int64 range")
-        delta = self._count
-        if delta > INT32_MAX - 1:
+        if self._count > INT32_MAX - 1:
             raise ValueError("a batch holds at most 2**31 - 1 records")
-        if delta == 0:
-            self._base_timestamp = timestamp
+        delta = self._last_delta + 1 if offset_delta is None else offset_delta
+        if delta <= self._last_delta or delta > INT32_MAX:
+            raise ValueError(
+                f"offset delta {delta} must be above the previous one ({self._last_delta}) "
+                "and at most 2**31 - 1"
+            )
+        if self.last_offset_delta is not None and delta > self.last_offset_delta:
+            raise ValueError(
+                f"offset delta {delta} is above the last offset delta {self.last_offset_delta}"
+            )
+        if self._count == 0:
+            if self.delete_horizon_ms is None:
+                self._base_timestamp = timestamp
             self._max_timestamp = timestamp
         elif timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
@@ -173,7 +203,8 @@ class BatchBuilder:
         records = self._records
         records += _varint(len(body))
         records += body
-        self._count = delta + 1
+        self._count += 1
+        self._last_delta = delta
         return delta
 
     @staticmethod
@@ -210,6 +241,8 @@ class BatchBuilder:
             attributes |= TRANSACTIONAL_MASK
         if self.control:
             attributes |= CONTROL_MASK
+        if self.delete_horizon_ms is not None:
+            attributes |= DELETE_HORIZON_MASK
         if self.compression is Compression.NONE:
             payload: bytes | bytearray = self._records
         else:
@@ -222,7 +255,7 @@ class BatchBuilder:
                 MAGIC_V2,
                 0,
                 attributes,
-                self._count - 1,
+                self._last_delta if self.last_offset_delta is None else self.last_offset_delta,
                 self._base_timestamp,
                 max_timestamp,
                 self.producer_id,
@@ -234,3 +267,44 @@ class BatchBuilder:
         crc = crc32c(payload, crc32c(memoryview(header)[CRC_START:]))
         header[CRC_START - 4 : CRC_START] = crc.to_bytes(4, "big")
         return b"".join((header, payload))
+
+
+def build_empty_batch(
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    timestamp: int,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    attributes: int = 0,
+) -> bytes:
+    """A batch header with no records: what compaction leaves of a batch whose records
+    were all removed but which must stay (a producer's last batch, or the last batch
+    of a cleaned segment). ``attributes`` keeps the timestamp type, transactional and
+    control bits; compression and the delete horizon bit are cleared (there is nothing
+    to compress). ``timestamp`` goes in both base and max timestamp."""
+    if not 0 <= last_offset_delta <= INT32_MAX:
+        raise ValueError(f"last offset delta {last_offset_delta} is outside 0 .. 2**31 - 1")
+    attributes &= TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            HEADER_SIZE - LOG_OVERHEAD,
+            partition_leader_epoch,
+            MAGIC_V2,
+            0,
+            attributes,
+            last_offset_delta,
+            timestamp,
+            timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            0,
+        )
+    )
+    crc = crc32c(memoryview(header)[CRC_START:])
+    header[CRC_START - 4 : CRC_START] = crc.to_bytes(4, "big")
+    return bytes(header)

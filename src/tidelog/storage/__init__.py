@@ -2,9 +2,16 @@
 
 See ``docs/storage.md`` for the layout and the rules. Entry points: :class:`Log`
 (one partition), :class:`LogManager` (every partition of one or more log dirs),
-:class:`LogConfig` (topic-level settings).
+:class:`LogConfig` (topic-level settings), :class:`Cleaner` (compaction).
 """
 
+from tidelog.storage.cleaner import (
+    CLEANER_OFFSET_CHECKPOINT,
+    CleanableRange,
+    Cleaner,
+    CleanResult,
+    OffsetMap,
+)
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import (
     ConfigError,
@@ -12,6 +19,7 @@ from tidelog.storage.errors import (
     CorruptSegmentError,
     InvalidAppendError,
     InvalidPartitionDirError,
+    InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -33,10 +41,14 @@ from tidelog.storage.manager import LogManager
 from tidelog.storage.segment import FileSlice, HandleCache, RecoveryProblem, Segment
 
 __all__ = [
+    "CLEANER_OFFSET_CHECKPOINT",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "AppendInfo",
+    "CleanResult",
+    "CleanableRange",
+    "Cleaner",
     "ConfigError",
     "CorruptCheckpointError",
     "CorruptSegmentError",
@@ -44,11 +56,13 @@ __all__ = [
     "HandleCache",
     "InvalidAppendError",
     "InvalidPartitionDirError",
+    "InvalidRecordError",
     "InvalidTimestampError",
     "Log",
     "LogClosedError",
     "LogConfig",
     "LogManager",
+    "OffsetMap",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
     "RecoveryProblem",

@@ -61,3 +61,8 @@ class CorruptSegmentError(StorageError):
 
 class SegmentDeletedError(StorageError):
     """A segment was deleted (retention, truncation, replacement) while being used."""
+
+
+class InvalidRecordError(InvalidAppendError):
+    """A record the log's config does not accept (a record without a key on a
+    compacted topic); nothing of the append is written."""

@@ -12,7 +12,8 @@ recomputed, compressed or not) and writes the whole buffer with one ``pwrite``;
 :meth:`Log.append_as_follower` keeps the batches' own offsets and refuses offsets
 that go backwards. Index entries are added per batch. A durable append returns only
 after an fsync covering its bytes; concurrent durable appends share fsyncs (group
-commit, :meth:`Log.sync`).
+commit, :meth:`Log.sync`). On compacted topics the leader path also decodes records,
+to refuse keyless ones (:class:`~tidelog.storage.errors.InvalidRecordError`).
 
 Roll. Before an append, a new active segment starts (at the append's first offset)
 when the active one is non-empty and the append would take it past
@@ -70,6 +71,7 @@ from tidelog.storage.epoch import (
 )
 from tidelog.storage.errors import (
     InvalidAppendError,
+    InvalidRecordError,
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -184,6 +186,9 @@ class Log:
         self._fsync = fsync
         self._cache = handle_cache
         self.on_checkpoint = on_checkpoint
+        #: Called (without the log's lock) with the new log end offset after a
+        #: truncation, so the cleaner can lower its first dirty offset.
+        self.on_truncate: Callable[[int], None] | None = None
         self._lock = threading.RLock()
         self._sync_lock = threading.Lock()
         self._segments: list[Segment] = []
@@ -590,6 +595,8 @@ class Log:
         """
         buf = self._writable_buffer(batches)
         headers = self._parse(buf)
+        if self._config.compact:
+            self._check_keys(buf, headers)
         with self._lock:
             self._check_open()
             append_time = self._clock() if self._config.log_append_time else -1
@@ -623,6 +630,28 @@ class Log:
             )
         self._after_append(info, durable)
         return info
+
+    @staticmethod
+    def _check_keys(
+        buf: bytes | bytearray | memoryview, headers: list[tuple[int, BatchHeader]]
+    ) -> None:
+        """Refuse records without a key (compacted topics only).
+
+        The one place the produce path decodes records, as Kafka does: compaction keeps
+        one record per key, so a keyless record could never be compacted.
+        """
+        for position, header in headers:
+            if header.is_control:
+                continue
+            try:
+                for record in iter_records(buf, position, header=header):
+                    if record.key is None:
+                        raise InvalidRecordError(
+                            "compacted topic requires a key for every record (record at "
+                            f"offset delta {record.offset - header.base_offset} has none)"
+                        )
+            except RecordsError as exc:
+                raise InvalidRecordError(f"records of a batch cannot be decoded: {exc}") from exc
 
     def append_as_follower(
         self, batches: bytes | bytearray | memoryview, *, durable: bool = False
@@ -1109,8 +1138,14 @@ class Log:
                 end = segment.next_offset
                 self._log_end_offset = segment.base_offset if end is None else end
             self._finish_truncation()
+            leo = self._log_end_offset
+        self._notify_truncation(leo)
         self._notify_checkpoint()
         return True
+
+    def _notify_truncation(self, log_end_offset: int) -> None:
+        if self.on_truncate is not None:
+            self.on_truncate(log_end_offset)
 
     def _finish_truncation(self) -> None:
         leo = self._log_end_offset
@@ -1140,6 +1175,7 @@ class Log:
             if self._dir_dirty:
                 fsync_dir(self.directory, self._fsync)
                 self._dir_dirty = False
+        self._notify_truncation(offset)
         self._notify_checkpoint()
 
     def _truncate_fully_locked(self, offset: int) -> None:

@@ -19,6 +19,11 @@ Kafka does every ``log.flush.offset.checkpoint.interval.ms``), right after any
 truncation or DeleteRecords (a log calls back), and on close. Missing or stale
 checkpoints are safe: a recovery point that is too low only costs a longer scan,
 and the log start offset never drops below the first segment's base offset.
+
+Compaction: :attr:`LogManager.cleaner` (a :class:`~tidelog.storage.cleaner.Cleaner`)
+is attached to every log, so truncations lower the ``cleaner-offset-checkpoint``;
+:meth:`LogManager.clean_dirtiest` runs one pass on the compacted log most in need
+(the broker calls it on a schedule, from any thread but one call at a time).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tidelog.storage.checkpoint import (
@@ -40,6 +45,7 @@ from tidelog.storage.checkpoint import (
     write_checkpoint,
     write_durably,
 )
+from tidelog.storage.cleaner import Cleaner, CleanResult
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import (
     CorruptCheckpointError,
@@ -102,15 +108,20 @@ class LogManager:
         config_for: Callable[[str], LogConfig] | None = None,
         fsync: FsyncFn = os.fsync,
         max_idle_open_segments: int = 128,
+        reserved_dirs: Collection[str] = (),
     ) -> None:
+        """``reserved_dirs`` names partition directories that another owner opens (the
+        metadata log's ``__cluster_metadata-0``); they are neither opened nor reported."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
+        self._reserved = frozenset(reserved_dirs)
         self._clock = clock
         self.default_config = default_config or LogConfig()
         self._config_for = config_for
         self._fsync = fsync
         self.handle_cache = HandleCache(max_idle_open_segments)
+        self.cleaner = Cleaner(fsync=fsync)
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
@@ -144,7 +155,7 @@ class LogManager:
         start_offsets = self._read_offsets(directory / LOG_START_OFFSET_CHECKPOINT)
         for entry in sorted(os.listdir(directory)):
             path = directory / entry
-            if not path.is_dir():
+            if not path.is_dir() or entry in self._reserved:
                 continue
             if entry.endswith(DELETE_DIR_SUFFIX):
                 _log.info("removing %s, a log deletion left unfinished", path)
@@ -176,6 +187,7 @@ class LogManager:
             self._logs[key] = log
             self._dir_of[key] = directory
             self.recovery_reports[key] = log.recovery_report
+            self.cleaner.attach(log)
 
     def _read_offsets(self, path: Path) -> dict[TopicPartition, int]:
         try:
@@ -241,6 +253,7 @@ class LogManager:
             )
             self._logs[key] = log
             self._dir_of[key] = directory
+            self.cleaner.attach(log)
             return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -255,6 +268,7 @@ class LogManager:
             if log is None:
                 return False
             directory = self._dir_of.pop(key)
+            self.cleaner.forget(log)
             log.delete()
             doomed = directory / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             os.replace(log.directory, doomed)
@@ -293,6 +307,26 @@ class LogManager:
         if deleted:
             self.checkpoint()
         return deleted
+
+    def clean_dirtiest(self, now_ms: int) -> CleanResult | None:
+        """Compact the compacted log whose pass is most due: the highest dirty ratio
+        among those above their ``min.cleanable.dirty.ratio`` (or due by
+        ``max.compaction.lag.ms`` or an expired tombstone horizon). None when no log
+        needs cleaning."""
+        best: Log | None = None
+        best_ratio = -1.0
+        for log in self._snapshot():
+            if log.closed or not log.config.compact:
+                continue
+            try:
+                due, ranges = self.cleaner.needs_cleaning(log, now_ms)
+            except LogClosedError:
+                continue
+            if due and ranges.dirty_ratio > best_ratio:
+                best, best_ratio = log, ranges.dirty_ratio
+        if best is None:
+            return None
+        return self.cleaner.clean_log(best, now_ms)
 
     def flush_due(self, now_ms: int) -> int:
         """``maybe_flush`` on every log; returns how many logs fsynced."""

@@ -105,6 +105,13 @@ def pread_exactly(fd: int, length: int, position: int) -> bytes:
     return b"".join(parts)
 
 
+class _Untrusted:
+    """Marker: a scan started from an index hint that turned out wrong."""
+
+
+_UNTRUSTED = _Untrusted()
+
+
 class FileSlice:
     """``length`` bytes at ``position`` of a segment file, for ``os.sendfile``.
 
@@ -518,43 +525,59 @@ class Segment:
         """The first batch whose last offset is >= ``offset`` (None when none is)."""
         self.ensure_indexes()
         stop = self.size if end is None else end
-        start = self.offset_index.lookup(offset)
-        if start >= stop:
-            start = 0
-        try:
-            found = self._scan_for_offset(offset, start, stop)
-        except CorruptSegmentError:
-            if start == 0:
-                raise
-            _log.warning(
-                "index of segment %s points at a bad position %s; scanning from 0",
-                self.log_path,
-                start,
-            )
-            found = self._scan_for_offset(offset, 0, stop)
-        return found
-
-    def _scan_for_offset(self, offset: int, start: int, stop: int) -> BatchPosition | None:
-        first = True
-        for position, header in self.iter_headers(start, stop):
-            if first and start > 0 and header.base_offset > offset:
-                # The index overshoots: never trust it over the log.
-                return self._scan_for_offset(offset, 0, stop)
-            first = False
-            if header.last_offset >= offset:
-                return BatchPosition(position, header)
-        return None
+        return self._first_batch(
+            self.offset_index.lookup(offset),
+            stop,
+            offset,
+            lambda header: header.last_offset >= offset,
+        )
 
     def find_by_timestamp(self, timestamp: int, start_offset: int) -> BatchPosition | None:
         """The first batch with max timestamp >= ``timestamp`` and last offset >=
         ``start_offset``."""
         self.ensure_indexes()
         from_offset = max(self.time_index.lookup(timestamp), start_offset)
-        start = self.offset_index.lookup(from_offset)
-        if start >= self.size:
-            start = 0
-        for position, header in self.iter_headers(start, self.size):
-            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+        return self._first_batch(
+            self.offset_index.lookup(from_offset),
+            self.size,
+            from_offset,
+            lambda header: header.max_timestamp >= timestamp and header.last_offset >= start_offset,
+        )
+
+    def _first_batch(
+        self, hint: int, stop: int, target: int, matches: Callable[[BatchHeader], bool]
+    ) -> BatchPosition | None:
+        """The first batch from the index's ``hint`` on that ``matches``.
+
+        An index is derived data and a clean shutdown skips checking more than its last
+        entry, so its answer is a hint only: a position outside the segment, one that
+        does not start a batch, or one past the batch holding ``target`` makes the scan
+        start again from the beginning of the segment.
+        """
+        if 0 < hint < stop:
+            try:
+                found = self._scan(hint, stop, target, matches)
+            except CorruptSegmentError:
+                found = _UNTRUSTED
+            if not isinstance(found, _Untrusted):
+                return found
+            _log.warning(
+                "index of segment %s points at a bad position %s; scanning from 0",
+                self.log_path,
+                hint,
+            )
+        found = self._scan(0, stop, -1, matches)
+        return None if isinstance(found, _Untrusted) else found
+
+    def _scan(
+        self, start: int, stop: int, target: int, matches: Callable[[BatchHeader], bool]
+    ) -> BatchPosition | _Untrusted | None:
+        first = True
+        for position, header in self.iter_headers(start, stop):
+            if first and header.base_offset > target >= 0:
+                return _UNTRUSTED  # the index overshoots the batch holding the target
+            first = False
+            if matches(header):
                 return BatchPosition(position, header)
         return None
 

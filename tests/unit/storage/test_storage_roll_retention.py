@@ -132,9 +132,9 @@ def test_retention_stops_at_high_watermark(open_log: LogFactory) -> None:
 
 def test_compact_only_policy_skips_time_retention(open_log: LogFactory) -> None:
     log = open_log({"retention.ms": 0, "cleanup.policy": "compact"})
-    log.append(make_batch([b"v"], timestamp=1))
+    log.append(make_batch([b"v"], timestamp=1, keys=[b"k"]))
     log.roll()
-    log.append(make_batch([b"v"], timestamp=1))
+    log.append(make_batch([b"v"], timestamp=1, keys=[b"k"]))
     assert log.delete_old_segments(now_ms=10**9) == 0
 
 
