@@ -82,12 +82,15 @@ def _view(frame: BytesLike) -> memoryview:
     return memoryview(frame).cast("B").toreadonly()
 
 
-def _read_body(entity_type: type[E], buf: memoryview, offset: int) -> E:
-    """Check, then read, ``buf[offset:]`` as exactly one ``entity_type``.
+def _read_body(
+    entity_type: type[E], buf: memoryview, offset: int, *, ignore_trailing: bool = False
+) -> E:
+    """Check, then read, ``buf[offset:]`` as one ``entity_type`` (see :func:`check_body`
+    for ``ignore_trailing``).
 
     :raises BodyError: any way in which the body is not a valid message.
     """
-    data, start = check_body(entity_type, buf, offset)
+    data, start = check_body(entity_type, buf, offset, ignore_trailing=ignore_trailing)
     try:
         value, size = _reader(entity_type)(data, start)
     except Exception as exc:  # kio's DecodeErrors, and ValueErrors for values out of range
@@ -148,7 +151,7 @@ def parse_request(
             header=header,
         )
     try:
-        return header, _read_body(cls, buf, offset)
+        return header, _read_body(cls, buf, offset, ignore_trailing=True)
     except BodyError as exc:
         exc.header = header
         exc.args = (f"{api_name(header.api_key)} v{header.api_version} request: {exc}",)

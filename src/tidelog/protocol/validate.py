@@ -363,11 +363,16 @@ def compile_entity(entity_type: type) -> _Compiled:
     return compiled
 
 
-def check_body(entity_type: type, buf: memoryview, start: int) -> tuple[memoryview, int]:
+def check_body(
+    entity_type: type, buf: memoryview, start: int, *, ignore_trailing: bool = False
+) -> tuple[memoryview, int]:
     """Check that ``buf[start:]`` is exactly one well-formed ``entity_type``.
 
-    Returns the buffer and offset kio should read from: ``(buf, start)`` unchanged, or a
-    rewritten copy (unknown tags dropped, unknown error codes replaced) and 0.
+    Returns the buffer and offset kio should read from: ``(buf, start)`` unchanged (cut
+    at the end of the message), or a rewritten copy (unknown tags dropped, unknown error
+    codes replaced) and 0. With ``ignore_trailing`` bytes after the message are dropped
+    instead of refused: Kafka's brokers ignore them in requests, and librdkafka sends
+    some (three stray bytes after an all-topics Metadata v12/v13 request).
 
     :raises TruncatedError, MalformedError, TrailingBytesError: the body is not well formed.
     """
@@ -375,7 +380,9 @@ def check_body(entity_type: type, buf: memoryview, start: int) -> tuple[memoryvi
     edits: list[Edit] = []
     after = compile_entity(entity_type).step(buf, start, end, edits)
     if after != end:
-        raise TrailingBytesError(f"{end - after} bytes follow the end of the message")
+        if not ignore_trailing:
+            raise TrailingBytesError(f"{end - after} bytes follow the end of the message")
+        buf, end = buf[:after], after
     if not edits:
         return buf, start
     return memoryview(_apply_edits(buf, start, end, edits)), 0

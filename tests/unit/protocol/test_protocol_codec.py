@@ -27,7 +27,6 @@ from tidelog.protocol import (
     ProtocolError,
     RequestHeader,
     ResponseDecodeError,
-    TrailingBytesError,
     TruncatedError,
     UnknownApiKeyError,
     UnsupportedVersionError,
@@ -301,11 +300,28 @@ def test_truncated_body_carries_the_header() -> None:
         assert err.error_code is ErrorCode.INVALID_REQUEST
 
 
-def test_trailing_garbage_is_refused() -> None:
+def test_bytes_after_a_request_are_ignored_as_kafka_does() -> None:
+    """librdkafka sends three stray bytes after an all-topics Metadata v12/v13 request."""
+    from kio.schema.metadata.v13.request import MetadataRequest
+
+    captured = bytes.fromhex("0003000d00000003000772646b61666b610000000000010000")
+    header, request = parse_request(captured)
+    assert (header.api_key, header.api_version, header.client_id) == (3, 13, "rdkafka")
+    assert isinstance(request, MetadataRequest)
+    assert request.topics is None
     body = _body(encode_request(_requests()[0], correlation_id=2, client_id=None))  # type: ignore[arg-type]
-    with pytest.raises(TrailingBytesError) as info:
-        parse_request(body + b"\x00")
-    assert info.value.correlation_id == 2
+    assert parse_request(body + b"\x00\x01") == parse_request(body)
+
+
+def test_bytes_after_a_response_are_refused() -> None:
+    from kio.schema.api_versions.v0.response import ApiVersionsResponse
+
+    response = ApiVersionsResponse(error_code=ErrorCode.NONE.to_kio(), api_keys=())
+    framed = encode_response_for(5, response)
+    with pytest.raises(ResponseDecodeError):
+        decode_response(
+            framed[4:] + b"\x00", api_key=ApiKey.API_VERSIONS, api_version=0, correlation_id=5
+        )
 
 
 def _metadata_v1_prefix() -> bytes:
