@@ -139,3 +139,50 @@ def stored_batches(broker: Broker, topic: str, index: int = 0) -> list[Any]:
         return []
     data = log.read_bytes(log.log_start_offset, 1 << 30)
     return [header for _, header in iter_batches(data)]
+
+
+# -- a broker with a real controller (admin API tests) ------------------------------------
+
+
+@pytest.fixture
+def start_admin_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
+    """Start a Broker backed by a real Controller in ``tmp_path``; call with extra config.
+
+    Metadata changes reach the broker synchronously, inside each controller operation.
+    """
+    from tidelog.metadata.configs import BrokerConfig
+    from tidelog.metadata.controller import Controller
+    from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
+
+    started: list[tuple[Any, LogManager, Broker]] = []
+
+    def start(extra: dict[str, str] | None = None) -> Broker:
+        values = {"log.dirs": str(tmp_path / "data")}
+        values.update(extra or {})
+        controller = Controller.start(BrokerConfig(values), clock=clock)
+        config = controller.config
+        logs = LogManager(
+            config.log_dirs,
+            clock=clock,
+            default_config=config.default_log_config,
+            reserved_dirs={f"{METADATA_TOPIC}-{METADATA_PARTITION}"},
+        )
+        logs.open()
+        b = Broker(
+            node_id=config.node_id, partitions=Partitions(logs), clock=clock, controller=controller
+        )
+        b.apply_metadata(controller.image, None)
+        controller.add_listener(b.apply_metadata)
+        started.append((controller, logs, b))
+        return b
+
+    yield start
+    for controller, logs, b in reversed(started):
+        b.partitions.close()
+        logs.close()
+        controller.close()
+
+
+@pytest.fixture
+def admin_broker(start_admin_broker: Any) -> Broker:
+    return start_admin_broker()  # type: ignore[no-any-return]

@@ -1,0 +1,311 @@
+"""Metadata and DescribeCluster: brokers, controller, topics, partitions and their leaders.
+
+Both answer from the broker's current :class:`~tidelog.metadata.image.MetadataImage`.
+This node is the controller and the only live broker; other registered brokers are listed
+with their first endpoint.
+
+Metadata, per requested topic (``topics`` null from v1, or an empty list in v0, means
+every topic, and then nothing is auto-created):
+
+* known topic: its partitions with leader, leader epoch (v7+), replicas, ISR and offline
+  replicas (replicas that are not registered brokers); a partition without a leader gets
+  LEADER_NOT_AVAILABLE;
+* by topic id (from v10): an unknown id gets UNKNOWN_TOPIC_ID (name null from v12, ""
+  before, where the field is not nullable). Kafka refuses ids in v10-11 requests with
+  INVALID_REQUEST; Tidelog answers them as v12 would, which no client relies on;
+* unknown name: an invalid name gets INVALID_TOPIC_EXCEPTION; otherwise, when
+  ``auto.create.topics.enable`` is true and the request allows it
+  (``allow_auto_topic_creation`` from v4, always before), the controller creates it and the
+  answer is LEADER_NOT_AVAILABLE without partitions, as Kafka answers for a topic created
+  by that very request (clients retry and see it on their next request); else
+  UNKNOWN_TOPIC_OR_PARTITION. A failed creation reports the controller's error.
+
+Authorized operations: without an authorizer Kafka grants every operation the resource
+type supports, so when asked this returns that bit set; when not asked, Kafka's
+"not requested" value (INT32_MIN). The same goes for DescribeCluster.
+
+DescribeCluster serves only the broker endpoint type (1); any other type gets
+UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. No broker is ever fenced here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib
+import uuid
+from dataclasses import fields
+from typing import Any
+
+from kio.static.primitive import i32Timedelta
+
+from tidelog.broker.connection import RequestContext
+from tidelog.broker.handlers.registry import handles
+from tidelog.metadata.controller import INTERNAL_TOPICS, validate_topic_name
+from tidelog.metadata.image import MetadataImage, TopicImage
+from tidelog.protocol import ApiKey, ErrorCode
+
+_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+#: Kafka's value for "authorized operations were not requested".
+AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
+
+# Kafka's ACL operation numbers (bit positions of the authorized-operations fields).
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+
+
+def _bits(*operations: int) -> int:
+    return sum(1 << op for op in operations)
+
+
+#: Every operation a topic supports (what Kafka reports when no authorizer is configured).
+TOPIC_OPERATIONS = _bits(
+    _READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS, _ALTER_CONFIGS
+)
+#: Every operation the cluster resource supports.
+CLUSTER_OPERATIONS = _bits(
+    _CREATE,
+    _ALTER,
+    _DESCRIBE,
+    _CLUSTER_ACTION,
+    _DESCRIBE_CONFIGS,
+    _ALTER_CONFIGS,
+    _IDEMPOTENT_WRITE,
+)
+
+#: DescribeCluster endpoint types.
+ENDPOINT_TYPE_BROKER = 1
+
+
+@functools.cache
+def _module(api: str, version: int) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.response")
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def _make(cls: Any, **values: Any) -> Any:
+    """An instance of ``cls`` from the values its version has (the others are dropped)."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _brokers(ctx: RequestContext) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every registered broker, this node first."""
+    broker = ctx.broker
+    listed: list[tuple[int, str, int, str | None]] = [
+        (broker.node_id, broker.advertised_host, broker.advertised_port, None)
+    ]
+    for node_id, registration in sorted(broker.image.brokers.items()):
+        if node_id == broker.node_id or not registration.endpoints:
+            continue
+        endpoint = registration.endpoints[0]
+        listed.append((node_id, endpoint.host, endpoint.port, registration.rack))
+    return listed
+
+
+# -- Metadata ------------------------------------------------------------------------------
+
+
+class _TopicAnswer:
+    """One topic of the response, before it becomes the version's class."""
+
+    __slots__ = ("error", "name", "topic", "topic_id")
+
+    def __init__(
+        self,
+        error: ErrorCode,
+        name: str | None,
+        topic: TopicImage | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> None:
+        self.error = error
+        self.name = name
+        self.topic = topic
+        self.topic_id = topic_id
+
+
+def _partitions(module: Any, image: MetadataImage, topic: TopicImage) -> tuple[Any, ...]:
+    cls = module.MetadataResponsePartition
+    live = image.brokers
+    out = []
+    for index, part in sorted(topic.partitions.items()):
+        error = ErrorCode.LEADER_NOT_AVAILABLE if part.leader < 0 else ErrorCode.NONE
+        out.append(
+            _make(
+                cls,
+                error_code=error.to_kio(),
+                partition_index=index,
+                leader_id=part.leader,
+                leader_epoch=part.leader_epoch,
+                replica_nodes=part.replicas,
+                isr_nodes=part.isr,
+                offline_replicas=tuple(r for r in part.replicas if r not in live),
+            )
+        )
+    return tuple(out)
+
+
+async def _answer_by_name(ctx: RequestContext, name: str, allow_auto_create: bool) -> _TopicAnswer:
+    broker = ctx.broker
+    topic = broker.image.topic(name)
+    if topic is not None:
+        return _TopicAnswer(ErrorCode.NONE, name, topic)
+    if validate_topic_name(name) is not None:
+        return _TopicAnswer(ErrorCode.INVALID_TOPIC_EXCEPTION, name)
+    if not allow_auto_create:
+        return _TopicAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+    controller = broker.controller
+    assert controller is not None, "broker built without a controller"
+    result = await broker.run_blocking(controller.auto_create_topic, name)
+    if result.error.ok:
+        return _TopicAnswer(ErrorCode.LEADER_NOT_AVAILABLE, name)
+    if result.error.code is ErrorCode.TOPIC_ALREADY_EXISTS:
+        # Someone else created it meanwhile.
+        topic = broker.image.topic(name)
+        if topic is not None:
+            return _TopicAnswer(ErrorCode.NONE, name, topic)
+    return _TopicAnswer(result.error.code, name)
+
+
+@handles(ApiKey.METADATA)
+async def handle_metadata(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    module = _module("metadata", version)
+    broker = ctx.broker
+    requested = request.topics
+    every_topic = requested is None or (version == 0 and not requested)
+    allow_auto_create = (
+        not every_topic
+        and (version < 4 or bool(request.allow_auto_topic_creation))
+        and broker.config.auto_create_topics_enable
+    )
+    answers: list[_TopicAnswer] = []
+    if every_topic:
+        image = broker.image
+        answers = [
+            _TopicAnswer(ErrorCode.NONE, name, image.topics_by_name[name])
+            for name in sorted(image.topics_by_name)
+        ]
+    else:
+        seen_names: set[str] = set()
+        seen_ids: set[uuid.UUID] = set()
+        for entry in requested:
+            topic_id = getattr(entry, "topic_id", None)
+            if topic_id is not None:
+                if topic_id in seen_ids:
+                    continue
+                seen_ids.add(topic_id)
+                found = broker.image.topic_by_id(topic_id)
+                if found is None:
+                    answers.append(_TopicAnswer(ErrorCode.UNKNOWN_TOPIC_ID, None, None, topic_id))
+                else:
+                    answers.append(_TopicAnswer(ErrorCode.NONE, found.name, found))
+                continue
+            name = entry.name
+            if name is None:
+                answers.append(_TopicAnswer(ErrorCode.INVALID_REQUEST, None))
+                continue
+            if name in seen_names:
+                continue
+            seen_names.add(name)
+            answers.append(await _answer_by_name(ctx, name, allow_auto_create))
+    return _metadata_response(ctx, module, version, request, answers)
+
+
+def _metadata_response(
+    ctx: RequestContext, module: Any, version: int, request: Any, answers: list[_TopicAnswer]
+) -> object:
+    broker = ctx.broker
+    image = broker.image
+    topic_ops = (
+        TOPIC_OPERATIONS
+        if getattr(request, "include_topic_authorized_operations", False)
+        else AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    )
+    cluster_ops = (
+        CLUSTER_OPERATIONS
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    )
+    # The name is not nullable before v12.
+    null_name = None if version >= 12 else ""
+    topic_cls = module.MetadataResponseTopic
+    topics = []
+    for answer in answers:
+        topic = answer.topic
+        name = answer.name if answer.name is not None else null_name
+        topics.append(
+            _make(
+                topic_cls,
+                error_code=answer.error.to_kio(),
+                name=name,
+                topic_id=topic.topic_id if topic is not None else answer.topic_id,
+                is_internal=answer.name in INTERNAL_TOPICS,
+                partitions=_partitions(module, image, topic) if topic is not None else (),
+                topic_authorized_operations=topic_ops,
+            )
+        )
+    broker_cls = module.MetadataResponseBroker
+    brokers = tuple(
+        _make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
+        for node_id, host, port, rack in _brokers(ctx)
+    )
+    return _make(
+        module.MetadataResponse,
+        throttle_time=_ZERO_THROTTLE,
+        brokers=brokers,
+        cluster_id=broker.cluster_id or None,
+        controller_id=broker.node_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=cluster_ops,
+        error_code=ErrorCode.NONE.to_kio(),
+    )
+
+
+# -- DescribeCluster -----------------------------------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER)
+async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    module = _module("describe_cluster", version)
+    broker = ctx.broker
+    endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
+    cluster_ops = (
+        CLUSTER_OPERATIONS
+        if request.include_cluster_authorized_operations
+        else AUTHORIZED_OPERATIONS_NOT_REQUESTED
+    )
+    if endpoint_type != ENDPOINT_TYPE_BROKER:
+        return _make(
+            module.DescribeClusterResponse,
+            throttle_time=_ZERO_THROTTLE,
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.to_kio(),
+            error_message=f"endpoint type {endpoint_type} is not served; only brokers (1) are",
+            endpoint_type=endpoint_type,
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+        )
+    broker_cls = module.DescribeClusterBroker
+    brokers = tuple(
+        _make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=False)
+        for node_id, host, port, rack in _brokers(ctx)
+    )
+    return _make(
+        module.DescribeClusterResponse,
+        throttle_time=_ZERO_THROTTLE,
+        error_code=ErrorCode.NONE.to_kio(),
+        error_message=None,
+        endpoint_type=endpoint_type,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=brokers,
+        cluster_authorized_operations=cluster_ops,
+    )

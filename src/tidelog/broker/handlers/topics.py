@@ -1,0 +1,229 @@
+"""CreateTopics, DeleteTopics and CreatePartitions: topic administration via the controller.
+
+Each handler turns the request into the controller's request objects, runs the controller
+operation in a worker thread (it fsyncs the metadata log) and copies every item's error
+code and message into the version's response. Checks and their error codes are the
+controller's (see ``docs/metadata.md``); the handlers add only what the request layout
+itself can get wrong:
+
+* CreateTopics: a partition assigned twice in one topic -> INVALID_REPLICA_ASSIGNMENT.
+  Config keys given twice: the last value wins, as in Kafka;
+* DeleteTopics v6: an entry with both a name and an id, or neither -> INVALID_REQUEST.
+
+Every metadata change is applied to this broker's partitions before the controller call
+returns to the handler (see :mod:`tidelog.broker.broker`), so a successful CreateTopics
+or CreatePartitions answer means the new partitions already take writes and reads, and
+a successful DeleteTopics answer means the logs are gone.
+
+``timeout`` is not used: on a single node every change is complete when the call
+returns. ``validate_only`` runs every check and writes nothing; CreateTopics then answers
+without a topic id, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib
+import uuid
+from dataclasses import fields
+from typing import Any
+
+from kio.static.primitive import i32Timedelta
+
+from tidelog.broker.connection import RequestContext
+from tidelog.broker.handlers.registry import handles
+from tidelog.metadata.controller import (
+    Controller,
+    CreateTopicResult,
+    DeleteTopicResult,
+    NewPartitions,
+    NewTopic,
+)
+from tidelog.metadata.errors import ApiError
+from tidelog.protocol import ApiKey, ErrorCode
+
+_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+@functools.cache
+def _module(api: str, version: int) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.response")
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def _make(cls: Any, **values: Any) -> Any:
+    """An instance of ``cls`` from the values its version has (the others are dropped)."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def _controller(ctx: RequestContext) -> Controller:
+    controller = ctx.broker.controller
+    assert controller is not None, "broker built without a controller"
+    return controller
+
+
+# -- CreateTopics --------------------------------------------------------------------------
+
+
+def _new_topic(entry: Any) -> NewTopic | ApiError:
+    assignments: dict[int, tuple[int, ...]] | None = None
+    if entry.assignments:
+        assignments = {}
+        for assignment in entry.assignments:
+            index = int(assignment.partition_index)
+            if index in assignments:
+                return ApiError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {index} is assigned twice"
+                )
+            assignments[index] = tuple(int(b) for b in assignment.broker_ids)
+    return NewTopic(
+        name=entry.name,
+        num_partitions=int(entry.num_partitions),
+        replication_factor=int(entry.replication_factor),
+        assignments=assignments,
+        configs={config.name: config.value for config in entry.configs},
+    )
+
+
+def _create_topic_result(module: Any, result: CreateTopicResult) -> Any:
+    config_cls = getattr(module, "CreatableTopicConfigs", None)
+    configs = ()
+    if config_cls is not None and result.error.ok:
+        configs = tuple(
+            config_cls(
+                name=entry.name,
+                value=entry.value,
+                read_only=entry.read_only,
+                config_source=int(entry.config_source),
+                is_sensitive=entry.is_sensitive,
+            )
+            for entry in result.configs
+        )
+    return _make(
+        module.CreatableTopicResult,
+        name=result.name,
+        topic_id=result.topic_id,
+        error_code=result.error.code.to_kio(),
+        error_message=result.error.message,
+        num_partitions=result.num_partitions if result.error.ok else -1,
+        replication_factor=result.replication_factor if result.error.ok else -1,
+        configs=configs,
+    )
+
+
+@handles(ApiKey.CREATE_TOPICS)
+async def handle_create_topics(ctx: RequestContext, request: Any) -> object:
+    module = _module("create_topics", ctx.api_version)
+    planned: list[NewTopic | ApiError] = [_new_topic(entry) for entry in request.topics]
+    new_topics = [item for item in planned if isinstance(item, NewTopic)]
+    created: list[CreateTopicResult] = []
+    if new_topics:
+        created = await ctx.broker.run_blocking(
+            _controller(ctx).create_topics, new_topics, validate_only=bool(request.validate_only)
+        )
+    results = iter(created)
+    topics = []
+    for entry, item in zip(request.topics, planned, strict=True):
+        result = (
+            CreateTopicResult(entry.name, item) if isinstance(item, ApiError) else next(results)
+        )
+        topics.append(_create_topic_result(module, result))
+    return _make(module.CreateTopicsResponse, throttle_time=_ZERO_THROTTLE, topics=tuple(topics))
+
+
+# -- DeleteTopics --------------------------------------------------------------------------
+
+
+@handles(ApiKey.DELETE_TOPICS)
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    module = _module("delete_topics", version)
+    # Each requested entry: a name, an id, or the error of a malformed entry.
+    entries: list[str | uuid.UUID | ApiError]
+    if version >= 6:
+        entries = []
+        for state in request.topics:
+            if state.name is not None and state.topic_id is not None:
+                entries.append(
+                    ApiError(ErrorCode.INVALID_REQUEST, "give a topic's name or its id, not both")
+                )
+            elif state.name is not None:
+                entries.append(state.name)
+            elif state.topic_id is not None:
+                entries.append(state.topic_id)
+            else:
+                entries.append(ApiError(ErrorCode.INVALID_REQUEST, "neither name nor id given"))
+    else:
+        entries = list(request.topic_names)
+    names = [e for e in entries if isinstance(e, str)]
+    ids = [e for e in entries if isinstance(e, uuid.UUID)]
+    deleted: list[DeleteTopicResult] = []
+    if names or ids:
+        deleted = await ctx.broker.run_blocking(_controller(ctx).delete_topics, names, ids)
+    # The controller answers names first, then ids, each in request order.
+    by_name = iter(deleted[: len(names)])
+    by_id = iter(deleted[len(names) :])
+    responses = []
+    for entry in entries:
+        if isinstance(entry, ApiError):
+            result = DeleteTopicResult(None, None, entry)
+        elif isinstance(entry, str):
+            result = next(by_name)
+        else:
+            result = next(by_id)
+        responses.append(
+            _make(
+                module.DeletableTopicResult,
+                # Before v6 the name is not nullable and always given.
+                name=result.name if version >= 6 else entry,
+                topic_id=result.topic_id,
+                error_code=result.error.code.to_kio(),
+                error_message=result.error.message,
+            )
+        )
+    return _make(
+        module.DeleteTopicsResponse, throttle_time=_ZERO_THROTTLE, responses=tuple(responses)
+    )
+
+
+# -- CreatePartitions ----------------------------------------------------------------------
+
+
+@handles(ApiKey.CREATE_PARTITIONS)
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> object:
+    module = _module("create_partitions", ctx.api_version)
+    wanted = [
+        NewPartitions(
+            name=topic.name,
+            count=int(topic.count),
+            assignments=(
+                None
+                if topic.assignments is None
+                else [[int(b) for b in a.broker_ids] for a in topic.assignments]
+            ),
+        )
+        for topic in request.topics
+    ]
+    results = []
+    if wanted:
+        results = await ctx.broker.run_blocking(
+            _controller(ctx).create_partitions, wanted, validate_only=bool(request.validate_only)
+        )
+    return _make(
+        module.CreatePartitionsResponse,
+        throttle_time=_ZERO_THROTTLE,
+        results=tuple(
+            module.CreatePartitionsTopicResult(
+                name=result.name,
+                error_code=result.error.code.to_kio(),
+                error_message=result.error.message,
+            )
+            for result in results
+        ),
+    )
