@@ -1,0 +1,11 @@
+"""Errors of the group coordinator."""
+
+from __future__ import annotations
+
+
+class CoordinatorError(Exception):
+    """Base class of the coordinator's own errors."""
+
+
+class GroupRecordError(CoordinatorError, ValueError):
+    """A ``__consumer_offsets`` record (or consumer protocol blob) could not be decoded."""
