@@ -297,6 +297,23 @@ def test_long_poll_is_woken_by_an_append(broker: Broker) -> None:
     assert got[("t", 0)].records == b""
 
 
+def test_an_append_before_the_long_poll_starts_waiting_is_not_missed(broker: Broker) -> None:
+    """The Deferred runs only when the connection reaches it; an append made between the
+    handler's read and that moment must answer the poll at once, not at its deadline."""
+    add_partitions(broker, "t")
+    p = _partition(broker, "t")
+    request = fetch_request(broker, 12, [Want("t")], max_wait_ms=60_000, min_bytes=1)
+
+    async def scenario() -> bytes:
+        reply = await _handler(broker, request)
+        assert isinstance(reply, Deferred)
+        append(p, batch([b"early"]))  # before the waiter has run at all
+        return _body(await asyncio.wait_for(reply.waiter, 10))
+
+    got = _one(decode_body(ApiKey.FETCH, 12, asyncio.run(scenario())))
+    assert _batch_offsets(got.records) == [0]
+
+
 def test_long_poll_waits_for_min_bytes(broker: Broker) -> None:
     add_partitions(broker, "t")
     p = _partition(broker, "t")

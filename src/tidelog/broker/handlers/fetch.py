@@ -329,20 +329,26 @@ def _respond(fetch: _Fetch, broker: Broker, reads: list[_Read]) -> EncodedRespon
 
 
 async def _long_poll(fetch: _Fetch, broker: Broker) -> EncodedResponse:
-    """Wait for data in any partition of ``fetch`` until it is satisfied or times out."""
+    """Wait for data in any partition of ``fetch`` until it is satisfied or times out.
+
+    The coroutine starts only when the connection gets to this response, possibly after
+    appends that the handler's own read did not see. So every round first subscribes to
+    the partitions' next append and only then reads: both run on the event loop thread,
+    so no append can slip between them unseen.
+    """
     while True:
-        remaining = fetch.deadline_ms - broker.clock()
-        timed_out = remaining <= 0
-        if not timed_out:
-            timed_out = not await _wait_for_data(fetch, broker, remaining)
+        events = _subscribe(fetch, broker)
         reads = _read_all(fetch, broker)
-        if timed_out or _satisfied(fetch, reads):
+        remaining = fetch.deadline_ms - broker.clock()
+        if remaining <= 0 or _satisfied(fetch, reads):
             return _respond(fetch, broker, reads)
         _close(reads)
+        if not await _wait_for_any(events, remaining):
+            return _respond(fetch, broker, _read_all(fetch, broker))
 
 
-async def _wait_for_data(fetch: _Fetch, broker: Broker, remaining_ms: int) -> bool:
-    """True when some partition was appended to (or woken) within ``remaining_ms``."""
+def _subscribe(fetch: _Fetch, broker: Broker) -> list[asyncio.Event]:
+    """The events set by the next append to each partition of ``fetch``."""
     resolver = _Resolver(broker)
     events: dict[int, asyncio.Event] = {}
     for _, item in fetch.items:
@@ -350,10 +356,15 @@ async def _wait_for_data(fetch: _Fetch, broker: Broker, remaining_ms: int) -> bo
         if partition is not None:
             event = partition.data_arrived()
             events[id(event)] = event
+    return list(events.values())
+
+
+async def _wait_for_any(events: list[asyncio.Event], remaining_ms: int) -> bool:
+    """True when one of ``events`` was set within ``remaining_ms``."""
     if not events:
         await asyncio.sleep(remaining_ms / 1000)
         return False
-    waiters = [asyncio.ensure_future(event.wait()) for event in events.values()]
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
     try:
         done, _ = await asyncio.wait(
             waiters, timeout=remaining_ms / 1000, return_when=asyncio.FIRST_COMPLETED
