@@ -160,6 +160,26 @@ def _legacy_bytes(buf: memoryview, pos: int, end: int, edits: list[Edit]) -> int
     return pos + length
 
 
+def _refusing_null(step: Step, what: str, flexible: bool, width: int) -> Step:
+    """``step`` for a field the schema does not let be null: a null marker is malformed.
+
+    Kafka refuses such a message ("non-nullable field ... was serialized as null"); letting
+    it through would hand the broker a None where every handler expects a value.
+    """
+    legacy = _INT16 if width == 2 else _INT32
+
+    def checked(buf: memoryview, pos: int, end: int, edits: list[Edit]) -> int:
+        if flexible:
+            is_null = pos < end and buf[pos] == 0  # compact length + 1 == 0
+        else:
+            is_null = pos + width <= end and legacy.unpack_from(buf, pos)[0] == -1
+        if is_null:
+            raise MalformedError(f"non-nullable {what} is null")
+        return step(buf, pos, end, edits)
+
+    return checked
+
+
 # -- composite steps -------------------------------------------------------------------------
 
 
@@ -294,7 +314,7 @@ class _Compiled:
 _compiled: dict[type, _Compiled] = {}
 
 
-def _primitive(kafka_type: str, flexible: bool) -> tuple[Step, int, bool]:
+def _primitive(kafka_type: str, flexible: bool, nullable: bool = True) -> tuple[Step, int, bool]:
     """(step, minimum size, whether the size is fixed) of a primitive kafka type."""
     if kafka_type == "error_code":
         return _error_code, 2, False  # not "fixed": arrays must visit each code
@@ -302,11 +322,16 @@ def _primitive(kafka_type: str, flexible: bool) -> tuple[Step, int, bool]:
     if size is not None:
         return _fixed(size), size, True
     if kafka_type in ("string", "bytes", "records"):
+        step: Step
         if flexible:
-            return _compact_bytes, 1, False
-        if kafka_type == "string":
-            return _legacy_string, 2, False
-        return _legacy_bytes, 4, False
+            step, width = _compact_bytes, 1
+        elif kafka_type == "string":
+            step, width = _legacy_string, 2
+        else:
+            step, width = _legacy_bytes, 4
+        if not nullable:
+            step = _refusing_null(step, kafka_type, flexible, width)
+        return step, width, False
     raise NotImplementedError(f"no wire layout known for kafka type {kafka_type!r}")
 
 
@@ -316,10 +341,10 @@ def _compile_field(field_type: Field[object], flexible: bool) -> tuple[Step, int
     optional = is_optional(field_type)
     is_tagged = get_field_tag(field_type) is not None
     if isinstance(kind, PrimitiveField):
-        return _primitive(get_schema_field_type(field_type), flexible)
+        return _primitive(get_schema_field_type(field_type), flexible, optional)
     if isinstance(kind, PrimitiveTupleField):
         element, element_size, fixed = _primitive(get_schema_field_type(field_type), flexible)
-        return _array(element, element_size, fixed, flexible), 1 if flexible else 4, False
+        return _array_field(_array(element, element_size, fixed, flexible), flexible, optional)
     if isinstance(kind, EntityField):
         inner = compile_entity(kind.type_)
         # Tagged struct fields are written without a null marker.
@@ -328,12 +353,16 @@ def _compile_field(field_type: Field[object], flexible: bool) -> tuple[Step, int
         return inner.step, inner.min_size, inner.fixed
     if isinstance(kind, EntityTupleField):
         inner = compile_entity(kind.type_)
-        return (
-            _array(inner.step, inner.min_size, inner.fixed, flexible),
-            1 if flexible else 4,
-            False,
+        return _array_field(
+            _array(inner.step, inner.min_size, inner.fixed, flexible), flexible, optional
         )
     raise NotImplementedError(f"unclassified field {field_type!r}")
+
+
+def _array_field(step: Step, flexible: bool, nullable: bool) -> tuple[Step, int, bool]:
+    if not nullable:
+        step = _refusing_null(step, "array", flexible, 4)
+    return step, 1 if flexible else 4, False
 
 
 def compile_entity(entity_type: type) -> _Compiled:

@@ -475,3 +475,24 @@ def test_encode_errors_are_protocol_errors() -> None:
         encode_request(
             metadata_v1.MetadataRequest(topics=None), correlation_id=1, client_id="c" * 40000
         )
+
+
+@pytest.mark.parametrize(
+    "frame_hex",
+    [
+        pytest.param("000200010000004d00046e756c6cffffffffffffffff", id="list-offsets-topics"),
+        pytest.param("000000030000004d00046e756c6cffff0001000003e8ffffffff", id="produce-topics"),
+        pytest.param("003d00000000004d00046e756c6c000000", id="describe-producers-topics"),
+    ],
+)
+def test_null_for_a_non_nullable_field_is_malformed(frame_hex: str) -> None:
+    """Kafka refuses these; passing None on would crash handlers that expect a list."""
+    with pytest.raises(MalformedError, match="non-nullable"):
+        parse_request(bytes.fromhex(frame_hex))
+
+
+def test_null_where_the_schema_allows_it_is_kept() -> None:
+    # Metadata v1 with topics = null: "all topics".
+    header, request = parse_request(struct.pack(">hhih", 3, 1, 9, -1) + struct.pack(">i", -1))
+    assert header.api_version == 1
+    assert request.topics is None  # type: ignore[union-attr]
