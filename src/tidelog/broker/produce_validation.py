@@ -18,15 +18,21 @@ checks of ``UnifiedLog.analyzeAndValidateRecords``, ``LogValidator.validateBatch
 9. timestamps (CreateTime topics): a batch marked LogAppendTime by the producer, or a
    timestamp outside ``[now - message.timestamp.before.max.ms, now +
    message.timestamp.after.max.ms]``: INVALID_TIMESTAMP;
-10. compacted topics: a record without a key: INVALID_RECORD, with one record error per
-    keyless record.
+10. records that do not parse (lengths, count, offset deltas, headers — what a consumer
+    would choke on): CORRUPT_MESSAGE; compacted topics: a record without a key:
+    INVALID_RECORD, with one record error per keyless record.
 
-Timestamps are checked per batch, not per record: the first record's timestamp
-(``base_timestamp``) against the lower bound and the batch's ``max_timestamp`` against the
-upper bound. A record in the middle of a batch older than the first one is not caught (Kafka
-checks every record). Only when a batch is refused are its records decoded, to name the
-offending records in ``record_errors``. Records are decoded on the accepting path only for
-compacted topics, where Kafka requires every record's key.
+Every record is checked, as Kafka does: a batch whose CRC is right but whose records do not
+parse would otherwise be stored and stop every consumer at its offset. The check walks the
+records without building them (:func:`~tidelog.records.check_records`), except on
+compacted topics, where the records are decoded once to see every key; the handler tells
+``Log.append`` so with ``keys_checked=True``, so no record is decoded twice.
+
+Timestamps are checked per batch: the first record's timestamp (``base_timestamp``) against
+the lower bound and the batch's ``max_timestamp`` against the upper bound. A record in the
+middle of a batch older than the first one is not caught (Kafka checks every record). Only
+when a batch is refused are its records decoded, to name the offending records in
+``record_errors``.
 
 Kafka does not require a producer batch's base offset to be 0 (it overwrites it), and
 neither does this module.
@@ -37,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidelog.protocol import ErrorCode
-from tidelog.records import BatchHeader, RecordsError, iter_records
+from tidelog.records import BatchHeader, RecordsError, check_records, iter_records
 from tidelog.records.batch import (
     COMPRESSION_MASK,
     MAGIC_OFFSET,
@@ -50,9 +56,6 @@ from tidelog.records.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compressi
 from tidelog.storage import LogConfig
 
 LONG_MAX = 2**63 - 1
-#: Kafka's defaults (4.0: KIP-1030 lowered ``after.max.ms`` to one hour).
-DEFAULT_TIMESTAMP_BEFORE_MAX_MS = LONG_MAX
-DEFAULT_TIMESTAMP_AFTER_MAX_MS = 3_600_000
 
 _ZSTD = int(Compression.ZSTD)
 _MAX_CODEC = max(int(codec) for codec in Compression)
@@ -66,13 +69,6 @@ class Refusal:
     message: str | None = None
     #: (index of the record in its batch, message), Kafka's ``record_errors``.
     record_errors: list[tuple[int, str | None]] = field(default_factory=list)
-
-
-def _timestamp_bounds(config: LogConfig) -> tuple[int, int]:
-    # LogConfig does not carry these two keys yet; Kafka's defaults apply until it does.
-    before = getattr(config, "message_timestamp_before_max_ms", DEFAULT_TIMESTAMP_BEFORE_MAX_MS)
-    after = getattr(config, "message_timestamp_after_max_ms", DEFAULT_TIMESTAMP_AFTER_MAX_MS)
-    return int(before), int(after)
 
 
 def validate_partition_records(
@@ -111,9 +107,23 @@ def validate_partition_records(
         return refusal
     if config.compact:
         refusal = _check_keys(records, header, topic_partition)
-        if refusal is not None:
-            return refusal
+    else:
+        refusal = _check_records(records, header, topic_partition)
+    if refusal is not None:
+        return refusal
     return header
+
+
+def _check_records(
+    records: bytes | bytearray | memoryview, header: BatchHeader, topic_partition: str
+) -> Refusal | None:
+    try:
+        check_records(
+            records, 0, header=header, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE
+        )
+    except RecordsError as exc:
+        return Refusal(ErrorCode.CORRUPT_MESSAGE, f"{exc} in {topic_partition}")
+    return None
 
 
 def _first_batch_size(
@@ -195,7 +205,8 @@ def _check_timestamps(
         )
     if config.log_append_time:
         return None
-    before, after = _timestamp_bounds(config)
+    before = config.message_timestamp_before_max_ms
+    after = config.message_timestamp_after_max_ms
     low = now_ms - before if before < LONG_MAX else None
     high = now_ms + after if after < LONG_MAX else None
     first = header.base_timestamp

@@ -45,6 +45,7 @@ from tidelog.records.errors import (
 from tidelog.records.reader import (
     Record,
     RecordColumns,
+    check_records,
     decode_columns,
     decode_records,
     iter_records,
@@ -67,6 +68,7 @@ __all__ = [
     "TruncatedBatchError",
     "UnsupportedCompressionError",
     "build_end_txn_marker_batch",
+    "check_records",
     "codec_of",
     "compress",
     "compute_crc",
