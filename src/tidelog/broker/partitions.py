@@ -95,17 +95,20 @@ class Partition:
         *,
         headers: list[BatchHeader] | None = None,
         now_ms: int = -1,
+        keys_checked: bool = False,
     ) -> AppendInfo:
         """Append validated batches as leader (offsets assigned in place); wakes fetchers.
 
         ``headers`` are the headers of ``batches`` when the caller already parsed them.
         Batches with a producer id are recorded in the producer state; ``now_ms`` is the
-        broker time of the append (for producer expiry).
+        broker time of the append (for producer expiry). ``keys_checked``: the caller
+        already refused keyless records (compacted topics), so the log does not decode
+        the records again (see :meth:`Log.append`).
         """
         self._follow_log()
         if headers is None:
             headers = [header for _, header in iter_batches(batches, verify_crc=False)]
-        info = self.log.append(batches, leader_epoch=self.leader_epoch)
+        info = self.log.append(batches, leader_epoch=self.leader_epoch, keys_checked=keys_checked)
         active_base = self.log.active_segment.base_offset
         producers = self.producers
         if active_base != self._active_base:
@@ -146,6 +149,11 @@ class Partition:
         return self.producers.check(
             header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
         )
+
+    def set_producer_id_expiration_ms(self, expiration_ms: int) -> None:
+        """Apply a new ``producer.id.expiration.ms`` (a dynamic broker config) from the
+        next expiry check on."""
+        self.producers.producer_id_expiration_ms = expiration_ms
 
     def active_producers(self, now_ms: int) -> list[ProducerEntry]:
         """The producers the partition holds state for (DescribeProducers), by id."""
@@ -258,8 +266,13 @@ class Partitions:
         config: LogConfig,
         topic_id: uuid.UUID | None,
         leader_epoch: int,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Partition:
-        """The partition, its log opened or created on first use."""
+        """The partition, its log opened or created on first use.
+
+        ``producer_id_expiration_ms`` (the broker's ``producer.id.expiration.ms``) applies
+        to a partition created by this call; an existing one keeps its producer state.
+        """
         key = TopicPartition(topic, partition)
         existing = self._partitions.get(key)
         if existing is not None:
@@ -268,7 +281,12 @@ class Partitions:
         log = self.logs.get_or_create_log(
             topic, partition, config, topic_id=kafka_uuid_string(topic_id) if topic_id else None
         )
-        created = Partition(log, topic_id=topic_id, leader_epoch=leader_epoch)
+        created = Partition(
+            log,
+            topic_id=topic_id,
+            leader_epoch=leader_epoch,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+        )
         self._partitions[key] = created
         return created
 

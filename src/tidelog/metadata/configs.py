@@ -646,7 +646,8 @@ def _broker_defs() -> list[ConfigDef]:
         d(
             "log.message.timestamp.after.max.ms",
             _L,
-            LONG_MAX,
+            # Kafka 4.0's default (KIP-1030): an hour ahead at most.
+            3600000,
             "How far in the future a record timestamp may be (CreateTime topics).",
             at_least(0),
             dynamic=True,
@@ -1016,7 +1017,7 @@ def _topic_defs() -> list[TopicConfigDef]:
         t(
             "message.timestamp.after.max.ms",
             _L,
-            LONG_MAX,
+            3600000,
             "How far in the future a CreateTime timestamp may be.",
             at_least(0),
             synonyms=("log.message.timestamp.after.max.ms",),

@@ -99,6 +99,12 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     max_message_bytes: int = 1048588
     message_timestamp_type: str = CREATE_TIME
+    # How far before / after the broker's time a CreateTime timestamp may be. Both follow
+    # the topic config defaults of tidelog.metadata.configs (Long.MAX, i.e. unchecked);
+    # Kafka 4.0 lowered after.max.ms to one hour (KIP-1030), which needs both changed.
+    message_timestamp_before_max_ms: int = LONG_MAX
+    # Kafka 4.0's default (KIP-1030): a CreateTime timestamp at most an hour ahead.
+    message_timestamp_after_max_ms: int = 3600000
     file_delete_delay_ms: int = 60000
 
     @property
@@ -159,6 +165,8 @@ _PARSERS: dict[str, Callable[[str, str | int], object]] = {
     "message.timestamp.type": lambda key, value: _parse_choice(
         key, value, (CREATE_TIME, LOG_APPEND_TIME)
     ),
+    "message.timestamp.before.max.ms": _int_key(0, LONG_MAX),
+    "message.timestamp.after.max.ms": _int_key(0, LONG_MAX),
     "file.delete.delay.ms": _int_key(0, LONG_MAX),
 }
 

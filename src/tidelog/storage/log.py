@@ -11,9 +11,17 @@ each batch header in place (both outside the CRC, so nothing is decoded or
 recomputed, compressed or not) and writes the whole buffer with one ``pwrite``;
 :meth:`Log.append_as_follower` keeps the batches' own offsets and refuses offsets
 that go backwards. Index entries are added per batch. A durable append returns only
-after an fsync covering its bytes; concurrent durable appends share fsyncs (group
-commit, :meth:`Log.sync`). On compacted topics the leader path also decodes records,
-to refuse keyless ones (:class:`~tidelog.storage.errors.InvalidRecordError`).
+after an fsync that started after its write; concurrent durable appends share fsyncs
+(group commit, :meth:`Log._sync_to`: a leader gathers the callers on their way before
+it picks its target). On compacted topics the leader path also decodes records, to
+refuse keyless ones (:class:`~tidelog.storage.errors.InvalidRecordError`), unless the
+caller did (``keys_checked``, the broker's produce validation).
+
+Durability. Segment files (data and indexes) are synced with ``fdatasync`` (it
+persists a changed size, so an append or truncation needs no more), directories and
+checkpoints with ``fsync``. The active segment's indexes are synced only by
+:meth:`Log.flush` and :meth:`Log.close` (and when the segment is sealed): recovery
+rebuilds them, so they need not be as durable as the data.
 
 Roll. Before an append, a new active segment starts (at the append's first offset)
 when the active one is non-empty and the append would take it past
@@ -48,7 +56,8 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -102,6 +111,11 @@ PARTITION_METADATA = "partition.metadata"
 _log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
+
+# The longest a group commit leader waits for durable appends still writing, and for
+# callers it only expects (from the size of the last round), before it fsyncs.
+_GATHER_WRITES_MAX_SECONDS = 0.002
+_GATHER_MAX_SECONDS = 0.0005
 
 
 class InvalidTimestampError(StorageError):
@@ -160,8 +174,11 @@ class Log:
     """One partition's log. Thread-safe; see the module docstring for the rules.
 
     Create with :meth:`Log.open`. ``clock`` returns milliseconds and is the only source
-    of time. ``fsync`` is called for every fsync (data, indexes, directories,
-    checkpoints), so tests can count or fail them. ``on_checkpoint`` is called (without
+    of time for the log's decisions (group commit also measures how long its fsyncs
+    take, with ``time.perf_counter``, only to bound how long it gathers callers).
+    ``fsync`` is called for every fsync of a directory or checkpoint, ``datasync`` for
+    every sync of a segment's files (data and indexes), so tests can count or fail
+    them. ``on_checkpoint`` is called (without
     the log's lock) after the log start offset or the recovery point moved in a way
     that must reach the directory checkpoints at once (DeleteRecords, truncation).
     """
@@ -175,6 +192,7 @@ class Log:
         partition: int,
         clock: Clock,
         fsync: FsyncFn,
+        datasync: FsyncFn,
         handle_cache: HandleCache,
         on_checkpoint: Callable[[], None] | None,
     ) -> None:
@@ -184,13 +202,25 @@ class Log:
         self._config = config
         self._clock = clock
         self._fsync = fsync
+        self._datasync = datasync
         self._cache = handle_cache
         self.on_checkpoint = on_checkpoint
         #: Called (without the log's lock) with the new log end offset after a
         #: truncation, so the cleaner can lower its first dirty offset.
         self.on_truncate: Callable[[int], None] | None = None
         self._lock = threading.RLock()
-        self._sync_lock = threading.Lock()
+        # Group commit state (see :meth:`sync`), guarded by ``_sync_mutex``: whether a
+        # leader is syncing, the offsets each caller inside sync() waits for, durable
+        # appends between their start and their sync() call, how many callers the last
+        # round saw, and how long its fsyncs took.
+        self._sync_mutex = threading.Lock()
+        self._round_done = threading.Condition(self._sync_mutex)
+        self._caller_arrived = threading.Condition(self._sync_mutex)
+        self._sync_leader = False
+        self._sync_needs: list[int] = []
+        self._durable_writes = 0
+        self._expected_callers = 1
+        self._last_sync_seconds = 0.0
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._log_start_offset = 0
@@ -219,6 +249,7 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         fsync: FsyncFn = os.fsync,
+        datasync: FsyncFn | None = None,
         handle_cache: HandleCache | None = None,
         topic_id: str | None = None,
         on_checkpoint: Callable[[], None] | None = None,
@@ -227,6 +258,11 @@ class Log:
 
         Without ``clean_shutdown`` every batch from the segment holding
         ``recovery_point`` on is checked; see :attr:`recovery_report` for the outcome.
+
+        ``datasync`` syncs segment files. By default it is ``os.fdatasync`` when
+        ``fsync`` is ``os.fsync`` (Linux's fdatasync also persists a changed file size,
+        all an append or a truncation needs; only timestamps are left out), and
+        ``fsync`` itself otherwise, so an injected fsync sees every sync.
         """
         path = Path(directory)
         created = not path.exists()
@@ -240,6 +276,7 @@ class Log:
             partition=partition,
             clock=clock,
             fsync=fsync,
+            datasync=datasync or (os.fdatasync if fsync is os.fsync else fsync),
             handle_cache=handle_cache or HandleCache(),
             on_checkpoint=on_checkpoint,
         )
@@ -400,7 +437,7 @@ class Log:
             with self._cache.use(segment):
                 dropped = segment.recover()
                 if dropped is not None:
-                    segment.fsync(self._fsync, indexes=False)
+                    segment.fsync(self._datasync, indexes=False)
             expected = segment.next_offset
             index += 1
             if dropped is not None:
@@ -585,6 +622,7 @@ class Log:
         *,
         leader_epoch: int = UNDEFINED_EPOCH,
         durable: bool = False,
+        keys_checked: bool = False,
     ) -> AppendInfo:
         """Append already validated batches as the leader, assigning offsets.
 
@@ -592,10 +630,28 @@ class Log:
         ``batches`` itself when it is a bytearray or writable memoryview), and for
         LogAppendTime topics the broker time as max timestamp. With ``durable`` it
         returns once the batches are fsynced (sharing the fsync with concurrent callers).
+
+        On a compacted topic the records are decoded to refuse keyless ones, unless
+        ``keys_checked`` says the caller did that already (the broker's produce
+        validation does, reporting each keyless record), so no record is decoded twice.
         """
+        if durable:
+            self._start_durable_write()
+        try:
+            info = self._append_leader(batches, leader_epoch, keys_checked)
+        except BaseException:
+            if durable:
+                self._abandon_durable_write()
+            raise
+        self._after_append(info, durable)
+        return info
+
+    def _append_leader(
+        self, batches: bytes | bytearray | memoryview, leader_epoch: int, keys_checked: bool
+    ) -> AppendInfo:
         buf = self._writable_buffer(batches)
         headers = self._parse(buf)
-        if self._config.compact:
+        if self._config.compact and not keys_checked:
             self._check_keys(buf, headers)
         with self._lock:
             self._check_open()
@@ -628,7 +684,6 @@ class Log:
                 info.record_count,
                 info.size,
             )
-        self._after_append(info, durable)
         return info
 
     @staticmethod
@@ -661,6 +716,18 @@ class Log:
         The first batch must start at or after the log end offset and offsets must rise
         from batch to batch (gaps are allowed: compacted leaders have them).
         """
+        if durable:
+            self._start_durable_write()
+        try:
+            info = self._append_follower(batches)
+        except BaseException:
+            if durable:
+                self._abandon_durable_write()
+            raise
+        self._after_append(info, durable)
+        return info
+
+    def _append_follower(self, batches: bytes | bytearray | memoryview) -> AppendInfo:
         buf = batches
         headers = self._parse(buf)
         with self._lock:
@@ -683,9 +750,7 @@ class Log:
                 entries.append((position, header.size, header.last_offset, header.max_timestamp))
                 records += header.record_count
                 expected = header.next_offset
-            info = self._append_locked(buf, entries, first, expected, epochs, records)
-        self._after_append(info, durable)
-        return info
+            return self._append_locked(buf, entries, first, expected, epochs, records)
 
     def _append_locked(
         self,
@@ -721,7 +786,7 @@ class Log:
 
     def _after_append(self, info: AppendInfo, durable: bool) -> None:
         if durable:
-            self.sync(info.last_offset + 1)
+            self._sync_to(info.last_offset + 1, from_write=True)
         elif self._log_end_offset - self._recovery_point >= self._config.flush_messages:
             self.sync()
 
@@ -794,7 +859,7 @@ class Log:
         first = max(bisect.bisect_right(self._bases, self._recovery_point) - 1, 0)
         for segment in self._segments[first:]:
             with self._cache.use(segment):
-                segment.fsync(self._fsync, indexes=True)
+                segment.fsync(self._datasync, indexes=True)
         if self._dir_dirty:
             fsync_dir(self.directory, self._fsync)
             self._dir_dirty = False
@@ -809,14 +874,107 @@ class Log:
         its write returns without fsyncing. Returns True when this call fsynced.
         """
         needed = self._log_end_offset if end_offset is None else end_offset
-        if self._recovery_point >= needed:
+        return self._sync_to(needed, from_write=False)
+
+    def _sync_to(self, needed: int, from_write: bool) -> bool:
+        """One caller of group commit; ``from_write`` when it ends a durable append.
+
+        Callers wait (on ``_round_done``) while a leader syncs; one not covered by the
+        round becomes the next leader. Before choosing its target (the LEO), a leader
+        gathers callers: it waits while durable appends are still writing or fewer
+        callers are waiting than the last round had (a closed loop of writers comes back
+        as soon as its fsync returns), at most ``_GATHER_MAX_SECONDS`` and never longer
+        than the last round's fsyncs took (another fsync would cost no more). Without
+        the wait a leader takes the LEO right after the previous fsync, before the
+        writers it released append again, and rounds alternate between halves.
+        """
+        if not from_write and self._recovery_point >= needed:
             return False
-        with self._sync_lock:
+        with self._sync_mutex:
+            if from_write:
+                self._durable_writes -= 1
             if self._recovery_point >= needed:
+                self._caller_arrived.notify()
                 return False
+            self._sync_needs.append(needed)
+            self._caller_arrived.notify()
+            try:
+                while self._sync_leader and self._recovery_point < needed:
+                    self._round_done.wait()
+                if self._recovery_point >= needed:
+                    self._sync_needs.remove(needed)
+                    return False
+                self._sync_leader = True
+                self._gather_callers()
+            except BaseException:
+                self._sync_needs.remove(needed)
+                raise
+        try:
             return self._sync_locked(indexes_of_active=False)
+        finally:
+            with self._sync_mutex:
+                self._expected_callers = len(self._sync_needs)
+                self._sync_needs.remove(needed)
+                self._sync_leader = False
+                self._round_done.notify_all()
+
+    def _gather_callers(self) -> None:
+        """Wait (holding ``_sync_mutex``) for the callers of this round to arrive.
+
+        A durable append already writing will call in within moments: it is waited for
+        up to ``_GATHER_WRITES_MAX_SECONDS``. Callers only expected (the last round had
+        more) are waited for up to ``_GATHER_MAX_SECONDS``. Neither wait outlasts the
+        last round's fsyncs: past that, another fsync round costs less.
+        """
+        last = self._last_sync_seconds
+        if last <= 0:
+            return
+        start = time.perf_counter()
+        writes_deadline = start + min(_GATHER_WRITES_MAX_SECONDS, last)
+        callers_deadline = start + min(_GATHER_MAX_SECONDS, last)
+        while True:
+            writing = self._durable_writes
+            waiting = sum(1 for need in self._sync_needs if need > self._recovery_point)
+            if writing > 0:
+                deadline = writes_deadline
+            elif waiting < self._expected_callers:
+                deadline = callers_deadline
+            else:
+                return
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            self._caller_arrived.wait(remaining)
+
+    def _start_durable_write(self) -> None:
+        with self._sync_mutex:
+            self._durable_writes += 1
+
+    def _abandon_durable_write(self) -> None:
+        with self._sync_mutex:
+            self._durable_writes -= 1
+            self._caller_arrived.notify()
+
+    @contextlib.contextmanager
+    def _sync_leadership(self) -> Iterator[None]:
+        """Be the only one syncing (flush, close), without gathering callers."""
+        with self._sync_mutex:
+            while self._sync_leader:
+                self._round_done.wait()
+            self._sync_leader = True
+        try:
+            yield
+        finally:
+            with self._sync_mutex:
+                self._sync_leader = False
+                self._round_done.notify_all()
 
     def _sync_locked(self, indexes_of_active: bool, force: bool = False) -> bool:
+        """fsync from the segment holding the recovery point to the LEO (the caller is the
+        sync leader). Sealed segments below the recovery point are durable already (roll
+        made them so) and are skipped; the active segment's indexes only with
+        ``indexes_of_active`` (recovery rebuilds them, so data durability never waits
+        for them)."""
         fds: list[int] = []
         index_paths: list[Path] = []
         with self._lock:
@@ -832,16 +990,17 @@ class Log:
                     index_paths.extend(segment.paths[1:])
             dir_dirty = self._dir_dirty
             self._dir_dirty = False
+        started = time.perf_counter()
         try:
             for fd in fds:
-                self._fsync(fd)
+                self._datasync(fd)
             for path in index_paths:
                 try:
                     fd = os.open(path, os.O_RDONLY)
                 except FileNotFoundError:
                     continue
                 try:
-                    self._fsync(fd)
+                    self._datasync(fd)
                 finally:
                     os.close(fd)
             if dir_dirty:
@@ -853,6 +1012,7 @@ class Log:
         finally:
             for fd in fds:
                 os.close(fd)
+        self._last_sync_seconds = time.perf_counter() - started
         with self._lock:
             if self._truncations == truncations:
                 self._recovery_point = max(self._recovery_point, min(target, self._log_end_offset))
@@ -861,7 +1021,7 @@ class Log:
 
     def flush(self) -> None:
         """fsync every unflushed file, indexes of the active segment included."""
-        with self._sync_lock:
+        with self._sync_leadership():
             self._sync_locked(indexes_of_active=True)
 
     def maybe_flush(self, now_ms: int) -> bool:
@@ -920,20 +1080,11 @@ class Log:
                     if min_one_batch:
                         length = max(length, min(found.header.size, available))
                     if whole_batches and length < available:
-                        length = self._whole_batches_length(segment, start, length)
+                        length = segment.whole_batches_end(start, start + length) - start
                     if length <= 0:
                         return None
                     return FileSlice(segment.dup_fd(), start, length, found.header.base_offset)
             return None
-
-    @staticmethod
-    def _whole_batches_length(segment: Segment, start: int, length: int) -> int:
-        complete = 0
-        for position, header in segment.iter_headers(start, segment.size):
-            if position + header.size - start > length:
-                break
-            complete = position + header.size - start
-        return complete
 
     def read_bytes(
         self,
@@ -1134,7 +1285,7 @@ class Log:
                     new_active.activate()
                 segment = self._segments[-1]
                 segment.truncate_to(offset)
-                segment.fsync(self._fsync, indexes=False)
+                segment.fsync(self._datasync, indexes=False)
                 end = segment.next_offset
                 self._log_end_offset = segment.base_offset if end is None else end
             self._finish_truncation()
@@ -1232,7 +1383,7 @@ class Log:
             if new.base_offset != old[0].base_offset:
                 raise ValueError("the new segment must start at the first old segment's base")
             new.seal()
-            new.fsync(self._fsync, indexes=True)
+            new.fsync(self._datasync, indexes=True)
             new.rename_suffix(SWAP_SUFFIX)
             fsync_dir(self.directory, self._fsync)
             for segment in old:
@@ -1250,7 +1401,7 @@ class Log:
 
     def close(self) -> None:
         """Flush everything (indexes included) and close every file."""
-        with self._sync_lock:
+        with self._sync_leadership():
             with self._lock:
                 if self._closed:
                     return

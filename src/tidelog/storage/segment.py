@@ -581,6 +581,48 @@ class Segment:
                 return BatchPosition(position, header)
         return None
 
+    def whole_batches_end(self, start: int, end: int) -> int:
+        """The end of the last batch that lies wholly in ``[start, end)`` (``start``, a
+        batch position, when none does).
+
+        Headers are scanned from the last offset index entry in ``[start, end]`` rather
+        than from ``start``, so a long range costs a few header reads. The entry is a
+        hint: it is used only when a batch starts there whose last offset is the one the
+        entry records; otherwise the scan starts at ``start``.
+        """
+        scan_from = self._indexed_batch_at_or_below(end, start)
+        complete = scan_from
+        for position, header in self.iter_headers(scan_from, self.size):
+            if position + header.size > end:
+                break
+            complete = position + header.size
+        return complete
+
+    def _indexed_batch_at_or_below(self, position: int, low: int) -> int:
+        """Position of the last offset index entry in ``[low, position]`` whose batch
+        checks out, else ``low``."""
+        self.ensure_indexes()
+        index = self.offset_index
+        first, last, found = 0, index.entry_count - 1, -1
+        while first <= last:
+            middle = (first + last) // 2
+            if index.entry_at(middle)[1] <= position:
+                found, first = middle, middle + 1
+            else:
+                last = middle - 1
+        if found < 0:
+            return low
+        relative, hint = index.entry_at(found)
+        if hint <= low or hint + HEADER_SIZE > self.size:
+            return low
+        try:
+            header = self.header_at(hint)
+        except CorruptSegmentError:
+            return low
+        if header.last_offset != self.base_offset + relative or hint + header.size > self.size:
+            return low
+        return hint
+
     def read_batch(self, position: int, size: int) -> bytes:
         return pread_exactly(self.fd, size, position)
 

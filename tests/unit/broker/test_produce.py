@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import struct
 import uuid
 from typing import Any
 
 import pytest
 
+from tidelog.broker import produce_validation
 from tidelog.broker.connection import CloseConnection
 from tidelog.broker.handlers.produce import handle_produce
 from tidelog.broker.reply import NO_RESPONSE, Deferred
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.records import compute_crc, iter_batches
 from tidelog.records.batch import TIMESTAMP_TYPE_MASK
-from tidelog.storage import InvalidAppendError, LogConfig, RecordTooLargeError
+from tidelog.storage import InvalidAppendError, Log, LogConfig, RecordTooLargeError
 
 from .conftest import (
     add_topic,
@@ -164,6 +164,9 @@ def _control() -> bytes:
     return make_batch(control=True)
 
 
+# Kafka 4.0's default; the topic config default here is still Long.MAX.
+_AFTER_ONE_HOUR = LogConfig.from_mapping({"message.timestamp.after.max.ms": "3600000"})
+
 CASES: list[tuple[str, Any, ErrorCode]] = [
     ("crc", lambda: _corrupt_crc(make_batch()), ErrorCode.CORRUPT_MESSAGE),
     ("truncated", lambda: make_batch()[:-5], ErrorCode.CORRUPT_MESSAGE),
@@ -202,7 +205,7 @@ CASES: list[tuple[str, Any, ErrorCode]] = [
 def test_invalid_records_are_refused_and_not_written(
     broker: Any, name: str, records: Any, code: ErrorCode
 ) -> None:
-    add_topic(broker, "t", 2)
+    add_topic(broker, "t", 2, config=_AFTER_ONE_HOUR)
     request = produce_request(9, {"t": {0: records(), 1: make_batch()}})
     response = call(broker, 9, request)
     bad, good = only(response, 0, 0), only(response, 0, 1)
@@ -214,21 +217,35 @@ def test_invalid_records_are_refused_and_not_written(
 
 
 def test_future_timestamp_names_the_record(broker: Any) -> None:
-    add_topic(broker, "t")
+    add_topic(broker, "t", config=_AFTER_ONE_HOUR)
     batch = make_batch(timestamps=[NOW, NOW + 3_600_001, NOW])
     bad = only(call(broker, 9, produce_request(9, {"t": {0: batch}})))
     assert [e.batch_index for e in bad.record_errors] == [1]
     assert bad.error_message
+    assert stored_batches(broker, "t") == []
 
 
-@dataclasses.dataclass(frozen=True)
-class _TimestampBounds(LogConfig):
-    message_timestamp_before_max_ms: int = 60_000
-    message_timestamp_after_max_ms: int = 60_000
+def test_default_bounds_are_kafka_4s(broker: Any) -> None:
+    """No lower bound; at most an hour ahead (message.timestamp.after.max.ms, KIP-1030)."""
+    add_topic(broker, "t")
+    old = make_batch(timestamps=[1, NOW])
+    assert only(call(broker, 9, produce_request(9, {"t": {0: old}}))).error_code == (
+        ErrorCode.NONE
+    )
+    ahead = make_batch(timestamps=[NOW, NOW + 3_600_000 + 1_000])
+    assert only(call(broker, 9, produce_request(9, {"t": {0: ahead}}))).error_code == (
+        ErrorCode.INVALID_TIMESTAMP
+    )
+
+
+_TIMESTAMP_BOUNDS = {
+    "message.timestamp.before.max.ms": "60000",
+    "message.timestamp.after.max.ms": "60000",
+}
 
 
 def test_old_timestamp_refused_with_before_max_ms(broker: Any) -> None:
-    add_topic(broker, "t", config=_TimestampBounds())
+    add_topic(broker, "t", config=LogConfig.from_mapping(_TIMESTAMP_BOUNDS))
     old = make_batch(timestamps=[NOW - 60_001, NOW])
     ok = make_batch(timestamps=[NOW - 60_000, NOW + 60_000])
     response = call(broker, 9, produce_request(9, {"t": {0: old}}))
@@ -345,3 +362,27 @@ def test_stored_batch_gets_offsets_and_leader_epoch(broker: Any) -> None:
     data = log.read_bytes(0, 1 << 20)
     headers = [h for _, h in iter_batches(data)]  # CRCs verified
     assert [(h.base_offset, h.partition_leader_epoch) for h in headers] == [(0, 4), (3, 4)]
+
+
+def test_compacted_topic_records_are_decoded_once(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_topic(broker, "c", config=LogConfig.from_mapping({"cleanup.policy": "compact"}))
+    decoded: list[str] = []
+    real = produce_validation.iter_records
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        decoded.append("broker")
+        return real(*args, **kwargs)
+
+    def storage_check(*args: Any) -> None:
+        decoded.append("storage")
+
+    monkeypatch.setattr(produce_validation, "iter_records", counting)
+    monkeypatch.setattr(Log, "_check_keys", staticmethod(storage_check))
+    keyed = make_batch([b"a", b"b"], keys=[b"k", b"l"])
+    assert only(call(broker, 9, produce_request(9, {"c": {0: keyed}}))).error_code == (
+        ErrorCode.NONE
+    )
+    assert decoded == ["broker"]
+    assert [h.record_count for h in stored_batches(broker, "c")] == [2]

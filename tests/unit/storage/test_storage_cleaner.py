@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from storage_helpers import FakeClock, LogFactory
@@ -20,6 +21,7 @@ from tidelog.storage import (
     LogConfig,
     LogManager,
 )
+from tidelog.storage import log as log_module
 
 Rec = tuple[bytes | None, bytes | None]
 COMPACT: dict[str, str | int] = {
@@ -355,6 +357,25 @@ def test_keyless_record_refused_and_nothing_written(open_log: LogFactory) -> Non
             commit=False, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=1
         )
     )
+
+
+def test_keys_checked_by_the_caller_are_not_decoded_again(
+    open_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log(COMPACT)
+    decoded: list[int] = []
+    real = log_module.iter_records
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        decoded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(log_module, "iter_records", counting)
+    log.append(batch([(b"a", b"1")]), keys_checked=True)
+    assert decoded == []
+    log.append(batch([(b"a", b"2")]))
+    assert decoded == [1]
+    assert records_of(log) == [(0, b"a", b"1"), (1, b"a", b"2")]
 
 
 def test_keyless_records_accepted_on_delete_topics(open_log: LogFactory) -> None:

@@ -27,6 +27,9 @@ def test_kafka_defaults() -> None:
     assert config.flush_messages == config.flush_ms == LONG_MAX
     assert config.max_message_bytes == 1048588
     assert config.message_timestamp_type == "CreateTime"
+    # As the topic configs declare them (tidelog.metadata.configs.TOPIC_CONFIGS).
+    assert config.message_timestamp_before_max_ms == LONG_MAX
+    assert config.message_timestamp_after_max_ms == 3600000
     assert config.file_delete_delay_ms == 60000
 
 
@@ -38,12 +41,16 @@ def test_from_mapping_parses_text_and_ints() -> None:
             "cleanup.policy": "compact, delete",
             "min.cleanable.dirty.ratio": "0.25",
             "message.timestamp.type": "LogAppendTime",
+            "message.timestamp.before.max.ms": "0",
+            "message.timestamp.after.max.ms": 7200000,
             "min.insync.replicas": "2",  # not a log key: ignored
         }
     )
     assert config.segment_bytes == 2048 and config.retention_ms == -1
     assert config.compact and config.delete and config.log_append_time
     assert config.min_cleanable_dirty_ratio == 0.25
+    assert config.message_timestamp_before_max_ms == 0
+    assert config.message_timestamp_after_max_ms == 7200000
     layered = LogConfig.from_mapping({"retention.bytes": "10"}, base=config)
     assert layered.segment_bytes == 2048 and layered.retention_bytes == 10
     assert LogConfig.from_mapping(config.to_mapping()) == config
@@ -63,6 +70,8 @@ def test_from_mapping_parses_text_and_ints() -> None:
         ("message.timestamp.type", "WallTime"),
         ("flush.messages", "0"),
         ("max.message.bytes", "1.5"),
+        ("message.timestamp.before.max.ms", "-1"),
+        ("message.timestamp.after.max.ms", str(2**63)),
     ],
 )
 def test_bad_values_name_key_and_value(key: str, value: str) -> None:

@@ -7,9 +7,10 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from storage_helpers import FakeClock, LogFactory, make_batch, read_all
 
-from tidelog.storage import Log, LogConfig
+from tidelog.storage import InvalidAppendError, Log, LogConfig, RecordTooLargeError
 
 
 class CountingFsync:
@@ -167,3 +168,106 @@ def test_roll_makes_the_sealed_segment_durable_first(tmp_path: Path, clock: Fake
     log.append(make_batch([b"c"]))
     assert log.recovery_point == 2
     log.close()
+
+
+class RecordingSync:
+    """Records the names of the files it syncs (directories as ``<dir>/``)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __call__(self, fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        is_dir = os.path.isdir(target)
+        self.names.append(os.path.basename(target) + ("/" if is_dir else ""))
+        os.fsync(fd)
+
+    def take(self) -> list[str]:
+        names, self.names = self.names, []
+        return sorted(names)
+
+
+def test_segment_files_use_datasync_and_directories_fsync(tmp_path: Path, clock: FakeClock) -> None:
+    fsync, datasync = RecordingSync(), RecordingSync()
+    log = Log.open(
+        tmp_path / "t-0", topic="t", partition=0, clock=clock, fsync=fsync, datasync=datasync
+    )
+    fsync.take()
+    first = "00000000000000000000"
+    log.append(make_batch([b"a"]), durable=True)
+    assert datasync.take() == [f"{first}.log"]  # not the active segment's indexes
+    assert fsync.take() == []  # opening made the directory durable
+    log.append(make_batch([b"b"]), durable=True)
+    assert (datasync.take(), fsync.take()) == ([f"{first}.log"], [])
+    log.roll()
+    assert datasync.take() == [f"{first}.index", f"{first}.log", f"{first}.timeindex"]
+    assert fsync.take() == []  # the new segment's entry waits for the next sync
+    second = "00000000000000000002"
+    log.append(make_batch([b"c"]), durable=True)
+    # The sealed segment is below the recovery point: not synced again.
+    assert datasync.take() == [f"{second}.log"]
+    assert fsync.take() == ["t-0/"]  # now the new segment's directory entry
+    log.flush()
+    assert datasync.take() == [f"{second}.index", f"{second}.log", f"{second}.timeindex"]
+    log.close()
+
+
+def test_default_syncs_segment_data_with_fdatasync(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    datasync = RecordingSync()
+    monkeypatch.setattr(os, "fdatasync", datasync)
+    log = Log.open(tmp_path / "t-0", topic="t", partition=0, clock=clock)
+    log.append(make_batch([b"a"]), durable=True)
+    assert datasync.take() == ["00000000000000000000.log"]
+    log.close()
+
+
+def test_every_durable_append_returns_after_an_fsync_started_after_its_write(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log: Log | None = None
+    starts: list[int] = []  # the LEO when each data sync started
+    lock = threading.Lock()
+
+    def datasync(fd: int) -> None:
+        assert log is not None
+        with lock:
+            starts.append(log.log_end_offset)
+        os.fsync(fd)
+
+    log = Log.open(tmp_path / "t-0", topic="t", partition=0, clock=clock, datasync=datasync)
+    errors: list[BaseException] = []
+
+    def produce(writer: int) -> None:
+        try:
+            for index in range(30):
+                info = log.append(make_batch([b"%d-%d" % (writer, index)]), durable=True)
+                with lock:
+                    covered = any(start > info.last_offset for start in starts)
+                assert covered, f"offset {info.last_offset} returned before an fsync covered it"
+                assert log.recovery_point > info.last_offset
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(w,)) for w in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert log.recovery_point == log.log_end_offset == 180
+    # Group commit shared fsyncs (the exact count depends on scheduling).
+    assert len(starts) < 180
+    log.close()
+
+
+def test_failed_durable_append_does_not_hold_back_group_commit(open_log: LogFactory) -> None:
+    log = open_log({"max.message.bytes": 200})
+    with pytest.raises(RecordTooLargeError):
+        log.append(make_batch([b"x" * 300]), durable=True)
+    with pytest.raises(InvalidAppendError):
+        log.append(b"not a batch", durable=True)
+    for index in range(3):
+        log.append(make_batch([b"%d" % index]), durable=True)
+        assert log.recovery_point == index + 1

@@ -189,7 +189,10 @@ def _produce_partition(
                 result.log_start_offset = log.log_start_offset
                 return duplicate.last_offset + 1
         assert records is not None
-        info = partition.append(bytearray(records), headers=[header], now_ms=now_ms)
+        # validate_partition_records checked the keys of compacted topics already.
+        info = partition.append(
+            bytearray(records), headers=[header], now_ms=now_ms, keys_checked=True
+        )
     except InvalidProducerEpochError as exc:
         result.fail(ErrorCode.INVALID_PRODUCER_EPOCH, str(exc))
         return 0
