@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from tidelog import __version__
-from tidelog.cli import configs, consume, dump_log, produce, serve, topics
+from tidelog.cli import configs, consume, dump_log, groups, produce, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parser(commands)
     consume.add_parser(commands)
     configs.add_parser(commands)
+    groups.add_parser(commands)
     dump_log.add_parser(commands)
     return parser
 

@@ -20,6 +20,13 @@ from tidelog.client.errors import (
     RequestTimeoutError,
     UnsupportedApiError,
 )
+from tidelog.client.groups import (
+    ConsumerProtocolError,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    OffsetAndMetadata,
+)
 from tidelog.client.sync import Admin, Consumer, Producer
 from tidelog.client.types import (
     AlterConfigOp,
@@ -44,9 +51,14 @@ __all__ = [
     "ConfigError",
     "ConfigResource",
     "Consumer",
+    "ConsumerProtocolError",
     "ConsumerRecord",
+    "GroupDescription",
+    "GroupListing",
     "ListOffsetsResult",
+    "MemberDescription",
     "NewTopic",
+    "OffsetAndMetadata",
     "PartialFailureError",
     "PartitionInfo",
     "Producer",

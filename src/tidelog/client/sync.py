@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 from tidelog.client.aio.admin import AIOAdmin, ClusterDescription
 from tidelog.client.aio.consumer import AIOConsumer
 from tidelog.client.aio.producer import AIOProducer, DeliveryCallback, HeaderList
-from tidelog.client.cluster import TopicInfo
+from tidelog.client.cluster import BrokerInfo, TopicInfo
 from tidelog.client.errors import ClientClosedError
+from tidelog.client.groups import GroupDescription, GroupListing, OffsetAndMetadata
 from tidelog.client.offsets import OffsetSpec
 from tidelog.client.types import (
     AlterConfigOp,
@@ -287,6 +288,34 @@ class Admin(_Facade):
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._core.describe_cluster())
+
+    def find_coordinator(self, group: str) -> BrokerInfo:
+        return self._run(self._core.find_coordinator(group))
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        return self._run(self._core.list_groups(None if states is None else list(states)))
+
+    def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        return self._run(self._core.describe_groups(list(group_ids)))
+
+    def list_consumer_group_offsets(
+        self, group: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        wanted = None if partitions is None else list(partitions)
+        return self._run(self._core.list_consumer_group_offsets(group, wanted))
+
+    def alter_consumer_group_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+    ) -> None:
+        self._run(self._core.alter_consumer_group_offsets(group, dict(offsets)))
+
+    def delete_consumer_group_offsets(
+        self, group: str, partitions: Iterable[TopicPartition]
+    ) -> None:
+        self._run(self._core.delete_consumer_group_offsets(group, list(partitions)))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        self._run(self._core.delete_groups(list(group_ids)))
 
 
 async def _call(function: Any, *args: Any) -> Any:

@@ -1,17 +1,27 @@
-"""AIOAdmin: topics, partitions, configs, offsets and the cluster, over asyncio.
+"""AIOAdmin: topics, partitions, configs, offsets, consumer groups and the cluster, over asyncio.
 
 Requests that change topics go to the controller named by Metadata (any broker forwards them in
 a KRaft cluster, but the controller answers without a hop). Broker configs are asked of the
 broker they belong to. Every multi-item call either succeeds for every item or raises
 :class:`~tidelog.client.errors.PartialFailureError` naming each failed item with its Kafka error
 code and message (the items that succeeded have taken effect).
+
+Group requests go to the group's coordinator, found with FindCoordinator. While a coordinator
+moves or loads (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, or a
+lost connection) the call looks the coordinator up again and retries with exponential backoff
+until ``default.api.timeout.ms`` has passed, as Kafka's admin client does. OffsetFetch and
+OffsetCommit are sent at most at v9: v10 names topics by id only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import functools
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tidelog.client.cluster import BrokerInfo, ClusterClient, TopicInfo
 from tidelog.client.config import parse_config
@@ -21,6 +31,16 @@ from tidelog.client.errors import (
     ClientError,
     PartialFailureError,
     broker_error,
+)
+from tidelog.client.groups import (
+    ConsumerProtocolError,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    OffsetAndMetadata,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
 )
 from tidelog.client.offsets import OffsetSpec, list_offsets
 from tidelog.client.types import (
@@ -47,6 +67,31 @@ CONFIG_SOURCES = {
     8: "GROUP_CONFIG",
 }
 CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+
+# The coordinator of a group is moving or loading: look it up again and retry.
+COORDINATOR_RETRY_CODES = frozenset(
+    {
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+# What a commit without a generation meets when the group has active members.
+_ACTIVE_GROUP_CODES = frozenset(
+    {
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.ILLEGAL_GENERATION,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.FENCED_INSTANCE_ID,
+    }
+)
+# Kafka's retry.backoff.max.ms default: the backoff doubles up to this.
+_MAX_BACKOFF_MS = 1000
+# v10 of these names topics only by id.
+_MAX_OFFSET_FETCH_VERSION = 9
+_MAX_OFFSET_COMMIT_VERSION = 9
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +399,371 @@ class AIOAdmin:
             md.controller_id,
             tuple(sorted(md.brokers.values(), key=lambda b: b.node_id)),
         )
+
+    # -- consumer groups ---------------------------------------------------------------------
+
+    async def _backoff(self, attempt: int, deadline: float) -> bool:
+        """Sleep before retry number ``attempt``; False when the deadline leaves no time."""
+        delay = min(self.config["retry.backoff.ms"] * 2**attempt, _MAX_BACKOFF_MS) / 1000
+        if time.monotonic() + delay >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        return True
+
+    async def find_coordinator(self, group: str) -> BrokerInfo:
+        """The broker coordinating ``group``, retried while no coordinator is available."""
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        attempt = 0
+        while True:
+            try:
+                return await self._find_coordinator_once(group)
+            except ClientError as exc:
+                retriable = exc.code in COORDINATOR_RETRY_CODES or isinstance(
+                    exc, BrokerConnectionError
+                )
+                if not retriable or not await self._backoff(attempt, deadline):
+                    raise
+            attempt += 1
+
+    async def _find_coordinator_once(self, group: str) -> BrokerInfo:
+        conn = await self.cluster.any_connection()
+        response = await self._call(
+            conn,
+            ApiKey.FIND_COORDINATOR,
+            {"key": group, "key_type": 0, "coordinator_keys": [group]},
+        )
+        # v4+ answers a list (one entry per key asked); earlier versions answer inline.
+        answer = response.coordinators[0] if hasattr(response, "coordinators") else response
+        err = _item_error(
+            answer.error_code, getattr(answer, "error_message", None), f"group {group!r}"
+        )
+        if err is not None:
+            raise err
+        return BrokerInfo(int(answer.node_id), answer.host, int(answer.port), None)
+
+    async def _coordinated(
+        self, group: str, attempt_call: Callable[[Connection], Awaitable[T]]
+    ) -> T:
+        """``attempt_call`` on the connection to ``group``'s coordinator; the coordinator is
+        looked up again and the call repeated while it moves or loads."""
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        attempt = 0
+        while True:
+            try:
+                coordinator = await self._find_coordinator_once(group)
+                if coordinator.node_id not in self.cluster.metadata.brokers:
+                    await self.cluster.refresh([])
+                conn = await self.cluster.connection(coordinator.node_id)
+                return await attempt_call(conn)
+            except ClientError as exc:
+                retriable = exc.code in COORDINATOR_RETRY_CODES or isinstance(
+                    exc, BrokerConnectionError
+                )
+                if not retriable or not await self._backoff(attempt, deadline):
+                    raise
+            attempt += 1
+
+    async def list_groups(self, states: Iterable[str] | None = None) -> list[GroupListing]:
+        """Every group of every broker, optionally only those in ``states`` (e.g. "Empty")."""
+        wanted = None if states is None else {s.lower() for s in states}
+        await self.cluster.refresh([])
+        nodes = sorted(self.cluster.metadata.brokers)
+        found: dict[str, GroupListing] = {}
+        errors: dict[object, ClientError] = {}
+        for node in nodes:
+            try:
+                for listing in await self._list_groups_of(node, states):
+                    found[listing.group_id] = listing
+            except ClientError as exc:
+                errors[f"broker {node}"] = exc
+        _check(errors, "list groups")
+        return sorted(
+            (g for g in found.values() if wanted is None or g.state.lower() in wanted),
+            key=lambda g: g.group_id,
+        )
+
+    async def _list_groups_of(self, node: int, states: Iterable[str] | None) -> list[GroupListing]:
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        attempt = 0
+        while True:
+            conn = await self.cluster.connection(node)
+            response = await self._call(
+                conn,
+                ApiKey.LIST_GROUPS,
+                {"states_filter": list(states or ()), "types_filter": []},
+            )
+            code = ErrorCode.from_wire(int(response.error_code))
+            if code is ErrorCode.NONE:
+                return [
+                    GroupListing(
+                        group_id=g.group_id,
+                        state=getattr(g, "group_state", ""),
+                        protocol_type=g.protocol_type,
+                        group_type=getattr(g, "group_type", ""),
+                    )
+                    for g in response.groups
+                ]
+            if code not in COORDINATOR_RETRY_CODES or not await self._backoff(attempt, deadline):
+                raise broker_error(code, context=f"broker {node}")
+            attempt += 1
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
+        """State, protocol and members (with decoded assignments) of each group.
+
+        A group that does not exist is described with state "Dead" by brokers that answer
+        DescribeGroups below v6, and fails with GROUP_ID_NOT_FOUND from those at v6.
+        """
+        results: dict[str, GroupDescription] = {}
+        errors: dict[object, ClientError] = {}
+        for group in dict.fromkeys(group_ids):
+            try:
+                results[group] = await self._coordinated(
+                    group, functools.partial(self._describe_group, group=group)
+                )
+            except ClientError as exc:
+                errors[group] = exc
+        _check(errors, "describe groups")
+        return results
+
+    async def _describe_group(self, conn: Connection, group: str) -> GroupDescription:
+        response = await self._call(
+            conn,
+            ApiKey.DESCRIBE_GROUPS,
+            {"groups": [group], "include_authorized_operations": False},
+        )
+        answer = next((g for g in response.groups if g.group_id == group), None)
+        if answer is None:
+            raise broker_error(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                "the coordinator did not describe it",
+                context=f"group {group!r}",
+            )
+        err = _item_error(
+            answer.error_code, getattr(answer, "error_message", None), f"group {group!r}"
+        )
+        if err is not None:
+            raise err
+        is_consumer = answer.protocol_type in ("consumer", "")
+        members = []
+        for m in answer.members:
+            assignment: tuple[TopicPartition, ...] = ()
+            subscription: Subscription | None = None
+            if is_consumer:
+                context = f"group {group!r} member {m.member_id!r}"
+                try:
+                    assignment = decode_assignment(m.member_assignment).partitions
+                    if m.member_metadata:
+                        subscription = decode_subscription(m.member_metadata)
+                except ConsumerProtocolError as exc:
+                    raise ConsumerProtocolError(f"{context}: {exc}") from None
+            members.append(
+                MemberDescription(
+                    member_id=m.member_id,
+                    group_instance_id=getattr(m, "group_instance_id", None),
+                    client_id=m.client_id,
+                    host=m.client_host,
+                    assignment=assignment,
+                    subscription=subscription,
+                )
+            )
+        return GroupDescription(
+            group_id=group,
+            state=answer.group_state,
+            protocol_type=answer.protocol_type,
+            protocol=answer.protocol_data,
+            members=tuple(members),
+            coordinator=conn.node_id,
+        )
+
+    async def list_consumer_group_offsets(
+        self, group: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offsets of ``group``: of every partition it has committed for, or of
+        ``partitions`` (None for those without a committed offset)."""
+        wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+        return await self._coordinated(group, lambda conn: self._fetch_offsets(conn, group, wanted))
+
+    async def _fetch_offsets(
+        self, conn: Connection, group: str, wanted: list[TopicPartition] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        version = min(conn.version(ApiKey.OFFSET_FETCH), _MAX_OFFSET_FETCH_VERSION)
+        if wanted is None and version < 2:
+            raise ClientError(
+                f"broker {conn.address} cannot list every offset of a group (OffsetFetch v{version})"
+            )
+        topics: list[dict[str, Any]] | None = None
+        if wanted is not None:
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in wanted:
+                by_topic[tp.topic].append(tp.partition)
+            topics = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
+        response = await conn.call(
+            ApiKey.OFFSET_FETCH,
+            {
+                "group_id": group,
+                "topics": topics,
+                "groups": [{"group_id": group, "topics": topics}],
+                "require_stable": False,
+            },
+            version=version,
+            timeout_ms=self.config["request.timeout.ms"],
+        )
+        if hasattr(response, "groups"):
+            answer = next((g for g in response.groups if g.group_id == group), None)
+            if answer is None:
+                raise broker_error(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "the coordinator did not answer for it",
+                    context=f"group {group!r}",
+                )
+        else:
+            answer = response
+        err = _item_error(getattr(answer, "error_code", 0), None, f"group {group!r}")
+        if err is not None:
+            raise err
+        out: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        errors: dict[object, ClientError] = {}
+        for t in answer.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                err = _item_error(p.error_code, None, f"group {group!r} {tp}")
+                if err is not None:
+                    if err.code in COORDINATOR_RETRY_CODES:
+                        raise err
+                    errors[tp] = err
+                    continue
+                offset = int(p.committed_offset)
+                # -1: nothing committed for this partition.
+                out[tp] = (
+                    None
+                    if offset < 0
+                    else OffsetAndMetadata(
+                        offset, p.metadata, int(getattr(p, "committed_leader_epoch", -1))
+                    )
+                )
+        _check(errors, f"list offsets of group {group!r}")
+        if wanted is not None:
+            return {tp: out.get(tp) for tp in wanted}
+        return {tp: o for tp, o in sorted(out.items()) if o is not None}
+
+    async def alter_consumer_group_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+    ) -> None:
+        """Commit ``offsets`` for ``group`` from outside it (generation -1, no member id).
+
+        The group must have no active member: the coordinator refuses the commit otherwise
+        (UNKNOWN_MEMBER_ID and similar), which is raised with that explanation.
+        """
+        commits = {
+            TopicPartition(*tp): (o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o))
+            for tp, o in offsets.items()
+        }
+        for tp, o in commits.items():
+            if o.offset < 0:
+                raise ValueError(f"offset {o.offset} for {tp}: offsets are not negative")
+        await self._coordinated(group, lambda conn: self._commit_offsets(conn, group, commits))
+
+    async def _commit_offsets(
+        self, conn: Connection, group: str, commits: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        version = min(conn.version(ApiKey.OFFSET_COMMIT), _MAX_OFFSET_COMMIT_VERSION)
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp, o in commits.items():
+            by_topic[tp.topic].append(
+                {
+                    "partition_index": tp.partition,
+                    "committed_offset": o.offset,
+                    "committed_leader_epoch": o.leader_epoch,
+                    "committed_metadata": o.metadata,
+                }
+            )
+        response = await conn.call(
+            ApiKey.OFFSET_COMMIT,
+            {
+                "group_id": group,
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+            },
+            version=version,
+            timeout_ms=self.config["request.timeout.ms"],
+        )
+        errors: dict[object, ClientError] = {}
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                code = ErrorCode.from_wire(int(p.error_code))
+                if code is ErrorCode.NONE:
+                    continue
+                if code in COORDINATOR_RETRY_CODES:
+                    raise broker_error(code, context=f"group {group!r}")
+                if code in _ACTIVE_GROUP_CODES:
+                    errors[tp] = broker_error(
+                        code,
+                        f"group {group!r} has active members; offsets can be altered only "
+                        "when the group is empty",
+                    )
+                else:
+                    errors[tp] = broker_error(code)
+        _check(errors, f"alter offsets of group {group!r}")
+
+    async def delete_consumer_group_offsets(
+        self, group: str, partitions: Iterable[TopicPartition]
+    ) -> None:
+        """Forget the committed offsets of ``partitions`` (the group must not be consuming
+        those topics: GROUP_SUBSCRIBED_TO_TOPIC)."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        await self._coordinated(group, lambda conn: self._delete_offsets(conn, group, wanted))
+
+    async def _delete_offsets(
+        self, conn: Connection, group: str, wanted: list[TopicPartition]
+    ) -> None:
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp in wanted:
+            by_topic[tp.topic].append({"partition_index": tp.partition})
+        response = await self._call(
+            conn,
+            ApiKey.OFFSET_DELETE,
+            {
+                "group_id": group,
+                "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+            },
+        )
+        err = _item_error(response.error_code, None, f"group {group!r}")
+        if err is not None:
+            raise err
+        errors: dict[object, ClientError] = {}
+        for t in response.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                err = _item_error(p.error_code, None, "")
+                if err is not None:
+                    errors[tp] = err
+        _check(errors, f"delete offsets of group {group!r}")
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete groups with no active member, with their committed offsets."""
+        errors: dict[object, ClientError] = {}
+        for group in dict.fromkeys(group_ids):
+            try:
+                await self._coordinated(group, functools.partial(self._delete_group, group=group))
+            except ClientError as exc:
+                errors[group] = exc
+        _check(errors, "delete groups")
+
+    async def _delete_group(self, conn: Connection, group: str) -> None:
+        response = await self._call(conn, ApiKey.DELETE_GROUPS, {"groups_names": [group]})
+        answer = next((r for r in response.results if r.group_id == group), None)
+        if answer is None:
+            raise broker_error(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                "the coordinator did not answer for it",
+                context=f"group {group!r}",
+            )
+        err = _item_error(answer.error_code, None, f"group {group!r}")
+        if err is not None:
+            raise err
 
 
 __all__ = ["AIOAdmin", "ClusterDescription"]
