@@ -20,7 +20,7 @@ $(BIN)/python:
 # Reinstall when the project's declared dependencies change.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,interop,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)
