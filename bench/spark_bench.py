@@ -1,0 +1,161 @@
+"""Spark batch reads of a Tidelog topic, beside Spark's own sources in the same run.
+
+Starts ``tidelog serve`` on a free port with a temporary data directory, writes N records
+(default 1,000,000) of 100-byte values to a 3-partition topic with confluent-kafka, then times
+on ``local[2]``:
+
+- ``format("tidelog")`` read -> ``count()``
+- ``format("tidelog")`` read -> Parquet write
+- ``spark.range(N)`` -> ``count()`` (Spark's cheapest source)
+- a Parquet read of the same rows -> ``count()`` (forcing every column to be read)
+
+Each figure is the best of ``--repeat`` runs after one warm-up run. Prints a table and a final
+JSON line. Usage: ``.venv/bin/python bench/spark_bench.py [--records N] [--repeat 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_broker(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    tidelog = Path(sys.executable).parent / "tidelog"
+    proc = subprocess.Popen(
+        [str(tidelog), "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the broker did not start")
+
+
+def produce(bootstrap: str, topic: str, n: int) -> float:
+    import confluent_kafka
+
+    from tidelog.client import Admin, NewTopic
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, 3, 1)])
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000}
+    )
+    value = b"v" * 100
+    started = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % 3)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(60):
+        raise RuntimeError("records were not acknowledged")
+    return time.perf_counter() - started
+
+
+def best(runs: int, action: Callable[[], Any]) -> tuple[float, Any]:
+    action()  # warm-up: Python workers, JIT, page cache
+    times = []
+    result = None
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = action()
+        times.append(time.perf_counter() - started)
+    return min(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    n = args.records
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    work = Path(tempfile.mkdtemp(prefix="tidelog-spark-bench-"))
+    port = free_port()
+    broker = start_broker(work / "data", port)
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        produce_s = produce(bootstrap, "bench", n)
+        from pyspark.sql import SparkSession
+
+        from tidelog.spark import register
+
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        df = (
+            spark.read.format("tidelog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "bench")
+            .load()
+        )
+        figures: dict[str, float] = {}
+
+        count_s, counted = best(args.repeat, df.count)
+        if counted != n:
+            raise RuntimeError(f"counted {counted} records, expected {n}")
+        figures["tidelog_count"] = n / count_s
+
+        parquet = work / "parquet"
+
+        def to_parquet() -> None:
+            df.write.mode("overwrite").parquet(str(parquet))
+
+        parquet_write_s, _ = best(args.repeat, to_parquet)
+        figures["tidelog_to_parquet"] = n / parquet_write_s
+
+        range_s, _ = best(args.repeat, lambda: spark.range(n).count())
+        figures["spark_range_count"] = n / range_s
+
+        def parquet_read() -> int:
+            # Touch every column so the scan cannot be answered from metadata.
+            return int(spark.read.parquet(str(parquet)).where("length(value) >= 0").count())
+
+        parquet_read_s, read_back = best(args.repeat, parquet_read)
+        if read_back != n:
+            raise RuntimeError(f"Parquet holds {read_back} rows, expected {n}")
+        figures["parquet_read_count"] = n / parquet_read_s
+        spark.stop()
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"records: {n:,} x 100-byte values, 3 partitions, local[2]; produced in {produce_s:.2f}s")
+    print(f"{'what':28} {'rows/s':>14}")
+    for name, rate in figures.items():
+        print(f"{name:28} {rate:>14,.0f}")
+    print(json.dumps({"records": n, "rows_per_s": {k: round(v) for k, v in figures.items()}}))
+
+
+if __name__ == "__main__":
+    main()

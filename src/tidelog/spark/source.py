@@ -1,0 +1,459 @@
+"""Batch and streaming reads of Tidelog topics.
+
+Where each piece runs: the readers are built on the driver, which resolves offsets
+(ListOffsets) and plans one :class:`OffsetRange` per topic-partition (more with
+``minPartitions``); Spark pickles the reader to the executors, whose ``read()`` fetches the
+raw record batches of its range and yields one ``pyarrow.RecordBatch`` per fetch
+(:func:`tidelog.spark.arrow_decode.decode_chunk`). The driver-side client is not pickled.
+
+Offsets are Spark's Kafka offsets: ``{"topic": {"0": 10, "1": 7}}``, the next offset to read
+of each partition. A micro-batch reads ``[start, end)`` of each partition; partitions missing
+from ``start`` (created after the previous batch) start at their earliest offset.
+
+Data loss: a range whose start lies below the partition's log start offset (records deleted
+by retention or DeleteRecords), or whose end lies above the log end (a truncated or recreated
+partition), or a partition that disappeared, raises :class:`DataLossError` when
+``failOnDataLoss`` is true (the default) and otherwise logs a warning and reads what is left.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from tidelog.client.errors import ClientError, UnsupportedApiError
+from tidelog.client.fetch_raw import RawFetch, RawPartitionReader
+from tidelog.client.types import TopicPartition
+from tidelog.protocol import ErrorCode
+from tidelog.records import TruncatedBatchError, iter_batches
+from tidelog.spark.arrow_decode import decode_chunk
+from tidelog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TidelogOptionError
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[TopicPartition, int]
+
+
+class DataLossError(RuntimeError):
+    """Records the query should read are gone (and failOnDataLoss is true)."""
+
+
+def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for tp in sorted(offsets):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+    return out
+
+
+def from_json(data: Mapping[str, Any]) -> Offsets:
+    try:
+        return {
+            TopicPartition(str(topic), int(part)): int(offset)
+            for topic, parts in data.items()
+            for part, offset in parts.items()
+        }
+    except (AttributeError, TypeError, ValueError):
+        raise ValueError(f"not an offsets object of the tidelog source: {data!r}") from None
+
+
+def _data_loss(fail: bool, message: str) -> None:
+    if fail:
+        raise DataLossError(
+            f"{message}. Some data may have been lost. Set the source option "
+            "failOnDataLoss=false to go on with a warning instead."
+        )
+    log.warning("%s; going on because failOnDataLoss is false", message)
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """Offsets [start, end) of one topic-partition, read by one Spark task."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Cut the ranges into at least ``min_partitions`` pieces, larger ranges into more."""
+    total = sum(r.end - r.start for r in ranges)
+    if not min_partitions or len(ranges) >= min_partitions or total <= 0:
+        return ranges
+    out: list[OffsetRange] = []
+    for r in ranges:
+        size = r.end - r.start
+        pieces = max(1, min(size, round(size * min_partitions / total + 0.4999)))
+        step, extra = divmod(size, pieces)
+        at = r.start
+        for i in range(pieces):
+            stop = at + step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, at, stop))
+            at = stop
+    return out
+
+
+def rate_limit(limit: int, begin: Offsets, end: Offsets) -> Offsets:
+    """``end`` cut so that at most ``limit`` records are read in all, each partition getting
+    a share proportional to what it has (Spark's Kafka source does the same)."""
+    sizes = {tp: end[tp] - begin.get(tp, end[tp]) for tp in end}
+    total = sum(s for s in sizes.values() if s > 0)
+    if total <= limit:
+        return dict(end)
+    share = {tp: (s * limit // total if s > 0 else 0) for tp, s in sizes.items()}
+    left = limit - sum(share.values())
+    for tp in sorted(sizes, key=lambda t: (-(sizes[t] - share[t]), t)):
+        if left <= 0:
+            break
+        if share[tp] < sizes[tp]:
+            share[tp] += 1
+            left -= 1
+    return {tp: (begin[tp] + share[tp] if tp in begin else end[tp]) for tp in end}
+
+
+class _Offsets:
+    """Driver-side look-ups: which partitions, and offsets by spec."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._reader: RawPartitionReader | None = None
+
+    @property
+    def reader(self) -> RawPartitionReader:
+        if self._reader is None:
+            self._reader = RawPartitionReader(self.options.client)
+        return self._reader
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def partitions(self, *, must_exist: bool) -> list[TopicPartition]:
+        o = self.options
+        if o.assign is not None:
+            return sorted(TopicPartition(t, p) for t, parts in o.assign.items() for p in parts)
+        if o.pattern is not None:
+            regex = re.compile(o.pattern)
+            topics = [t for t in self.reader.topics() if regex.fullmatch(t)]
+        else:
+            topics = list(o.subscribe)
+        out: list[TopicPartition] = []
+        for topic in topics:
+            try:
+                out.extend(TopicPartition(topic, p) for p in self.reader.partitions_for(topic))
+            except ClientError as exc:
+                if must_exist or exc.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+        return sorted(out)
+
+    def named(self, tps: list[TopicPartition], which: str) -> Offsets:
+        if not tps:
+            return {}
+        return {
+            tp: r.offset for tp, r in self.reader.list_offsets(dict.fromkeys(tps, which)).items()
+        }
+
+    def resolve(self, spec: OffsetSpec, tps: list[TopicPartition], *, starting: bool) -> Offsets:
+        """Offsets for ``tps`` by ``spec``; partitions it does not name get earliest
+        (starting) or latest (ending)."""
+        default = "earliest" if starting else "latest"
+        if spec.kind in ("earliest", "latest"):
+            return self.named(tps, spec.kind)
+        if spec.kind == "offsets":
+            out: Offsets = {}
+            named: dict[str, list[TopicPartition]] = {"earliest": [], "latest": []}
+            for tp in tps:
+                value = spec.offsets.get(tp.topic, {}).get(tp.partition)
+                if value is None:
+                    named[default].append(tp)
+                elif value == EARLIEST:
+                    named["earliest"].append(tp)
+                elif value == LATEST:
+                    named["latest"].append(tp)
+                else:
+                    out[tp] = value
+            for which, group in named.items():
+                out.update(self.named(group, which))
+            return out
+        stamps: dict[TopicPartition, int] = {}
+        rest: list[TopicPartition] = []
+        for tp in tps:
+            if spec.kind == "timestamp":
+                stamps[tp] = spec.timestamp
+            elif (ts := spec.offsets.get(tp.topic, {}).get(tp.partition)) is not None:
+                stamps[tp] = ts
+            else:
+                rest.append(tp)
+        out = self.named(rest, default)
+        answers = self.reader.list_offsets(stamps) if stamps else {}
+        missing = [tp for tp, a in answers.items() if a.offset < 0]
+        out.update({tp: a.offset for tp, a in answers.items() if a.offset >= 0})
+        if missing:
+            if starting and self.options.timestamp_strategy == "error":
+                raise TidelogOptionError(
+                    "no record at or after the starting timestamp in "
+                    f"{', '.join(map(str, missing))}; set "
+                    "startingOffsetsByTimestampStrategy=latest to start at the end instead"
+                )
+            out.update(self.named(missing, "latest"))
+        return out
+
+
+def read_range(
+    options: SourceOptions, topic: str, partition: int, start: int, end: int
+) -> Iterator[Any]:
+    """Arrow batches of ``topic``-``partition`` offsets [start, end), one per fetch; the next
+    fetch runs in a helper thread while a batch is decoded."""
+    tp = TopicPartition(topic, partition)
+    reader = RawPartitionReader(options.client)
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tidelog-fetch")
+    max_bytes = options.fetch_max_bytes
+    deadline_s = options.poll_timeout_ms / 1000
+    try:
+        position = start
+        pending: concurrent.futures.Future[RawFetch] | None = None
+        pending_at = -1
+        stalled_since: float | None = None
+        while position < end:
+            if pending is None or pending_at != position:
+                if pending is not None:
+                    # A read-ahead for another offset: wait it out, drop its outcome.
+                    with contextlib.suppress(Exception):
+                        pending.result()
+                pending = pool.submit(reader.fetch, tp, position, max_bytes=max_bytes)
+            fetched = pending.result()
+            pending = None
+            if fetched.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+                first = reader.list_offsets({tp: "earliest"})[tp].offset
+                if position < first:
+                    _data_loss(
+                        options.fail_on_data_loss,
+                        f"{tp}: offsets {position}..{min(first, end) - 1} were deleted "
+                        f"(the log now starts at {first})",
+                    )
+                    position = first
+                    continue
+                _data_loss(
+                    options.fail_on_data_loss,
+                    f"{tp}: offset {position} is beyond the end of the log, which was "
+                    "truncated or recreated",
+                )
+                return
+            ahead = _next_offset(fetched.records, position)
+            if position < ahead < end:
+                pending = pool.submit(reader.fetch, tp, ahead, max_bytes=max_bytes)
+                pending_at = ahead
+            decoded = decode_chunk(
+                fetched.records,
+                topic,
+                partition,
+                position,
+                end,
+                include_headers=options.include_headers,
+            )
+            if decoded.batch is not None:
+                yield decoded.batch
+            if decoded.next_offset > position:
+                position = decoded.next_offset
+                stalled_since = None
+                continue
+            # No whole batch came back.
+            if fetched.records and decoded.complete_batches == 0:
+                max_bytes *= 2  # one batch is larger than the fetch size
+                continue
+            if fetched.high_watermark <= position:
+                _data_loss(
+                    options.fail_on_data_loss,
+                    f"{tp}: offsets {position}..{end - 1} were planned but the log ends at "
+                    f"{fetched.high_watermark}",
+                )
+                return
+            now = time.monotonic()
+            stalled_since = stalled_since or now
+            if now - stalled_since > deadline_s:
+                raise TimeoutError(
+                    f"{tp}: no records at offset {position} for {deadline_s:g}s although the "
+                    f"log ends at {fetched.high_watermark}"
+                )
+            time.sleep(0.05)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        reader.close()
+
+
+def _next_offset(data: bytes, position: int) -> int:
+    """The offset after the last whole batch in ``data`` (headers only, no CRC)."""
+    last = position
+    try:
+        for _, header in iter_batches(data, verify_crc=False):
+            last = header.next_offset
+    except TruncatedBatchError:
+        pass
+    except ValueError:
+        return position  # corrupt: decode_chunk reports it
+    return last
+
+
+class TidelogBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        o = self.options
+        offsets = _Offsets(o)
+        try:
+            tps = offsets.partitions(must_exist=True)
+            starts = offsets.resolve(o.starting, tps, starting=True)
+            ends = offsets.resolve(o.ending, tps, starting=False)
+            first = offsets.named(tps, "earliest")
+        finally:
+            offsets.close()
+        ranges: list[OffsetRange] = []
+        for tp in tps:
+            start, end = starts[tp], ends[tp]
+            if start < first[tp]:
+                _data_loss(
+                    o.fail_on_data_loss,
+                    f"{tp}: starting offset {start} lies below the log start {first[tp]}",
+                )
+                start = first[tp]
+            if end < start:
+                raise TidelogOptionError(
+                    f"{tp}: ending offset {end} lies before the starting offset {start}"
+                )
+            if end > start:
+                ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+        return list(split_ranges(ranges, o.min_partitions))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRange)
+        yield from read_range(
+            self.options, partition.topic, partition.partition, partition.start, partition.end
+        )
+
+
+class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._offsets: _Offsets | None = None
+        self._target: Offsets | None = None
+        self._admin: Any = None
+        self._commit_warned = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors need only the options; clients stay on the driver.
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    @property
+    def _lookup(self) -> _Offsets:
+        if self._offsets is None:
+            self._offsets = _Offsets(self.options)
+        return self._offsets
+
+    def _current(self) -> list[TopicPartition]:
+        return self._lookup.partitions(must_exist=False)
+
+    def initialOffset(self) -> dict[str, Any]:
+        tps = self._current()
+        return to_json(self._lookup.resolve(self.options.starting, tps, starting=True))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._lookup.named(self._current(), "latest")
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return to_json(self._lookup.named(self._current(), "latest"))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = from_json(start)
+        if self._target is not None:
+            latest = dict(self._target)
+        else:
+            latest = self._lookup.named(self._current(), "latest")
+        for tp in sorted(set(begin) - set(latest)):
+            if self._target is None:
+                _data_loss(
+                    self.options.fail_on_data_loss, f"{tp} was being read and no longer exists"
+                )
+        fresh = [tp for tp in latest if tp not in begin]
+        begin = {**begin, **self._lookup.named(fresh, "earliest")}
+        for tp, end in latest.items():
+            if end < begin[tp]:
+                _data_loss(
+                    self.options.fail_on_data_loss,
+                    f"{tp}: the log ends at {end}, before offset {begin[tp]} already read "
+                    "(truncated or recreated)",
+                )
+                latest[tp] = begin[tp]
+        if isinstance(limit, ReadMaxRows):
+            latest = rate_limit(limit.max_rows, begin, latest)
+        # Partitions read before and now gone keep their last offset in the checkpoint.
+        kept = {tp: off for tp, off in from_json(start).items() if tp not in latest}
+        return to_json({**kept, **latest})
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, stop = from_json(start), from_json(end)
+        fresh = [tp for tp in stop if tp not in begin]
+        # New partitions start at earliest, which is 0 unless records were already deleted.
+        begin.update(self._lookup.named(fresh, "earliest") if fresh else {})
+        ranges = [
+            OffsetRange(tp.topic, tp.partition, begin[tp], stop[tp])
+            for tp in sorted(stop)
+            if stop[tp] > begin[tp]
+        ]
+        return list(split_ranges(ranges, self.options.min_partitions))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, OffsetRange)
+        yield from read_range(
+            self.options, partition.topic, partition.partition, partition.start, partition.end
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        group = self.options.group_id
+        if group is None or self._commit_warned:
+            return
+        try:
+            if self._admin is None:
+                from tidelog.client import Admin
+
+                self._admin = Admin(self.options.client)
+            alter = getattr(self._admin, "alter_consumer_group_offsets", None)
+            if alter is None:
+                raise UnsupportedApiError("this client cannot commit group offsets")
+            alter(group, from_json(end))
+        except ClientError as exc:
+            # Progress lives in Spark's checkpoint; the group is only a view for lag tools.
+            self._commit_warned = True
+            log.warning(
+                "cannot record progress as consumer group %r (%s); not trying again", group, exc
+            )
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None

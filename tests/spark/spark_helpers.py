@@ -1,0 +1,40 @@
+"""Helpers of the Spark tests: producing with confluent-kafka, source options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[int, bytes | None, bytes | None, int | None, list[tuple[str, bytes]]]],
+) -> None:
+    """(partition, key, value, timestamp ms or None, headers) records via confluent-kafka."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 262144}
+    )
+    errors: list[Any] = []
+    for partition, key, value, ts, headers in records:
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    timestamp=ts or 0,
+                    headers=headers or None,
+                    on_delivery=lambda err, _m: err and errors.append(err),
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+
+
+def options(bootstrap: str, **extra: Any) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": bootstrap, **{k: str(v) for k, v in extra.items()}}

@@ -1,0 +1,142 @@
+"""decode_chunk against the reference record decoder: every field, offset window, corruption."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.records import BatchBuilder, Compression, RecordsError, decode_records, iter_batches
+from tidelog.spark.arrow_decode import arrow_schema, decode_chunk
+
+blobs = st.none() | st.binary(max_size=300)
+header_lists = st.lists(
+    st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=20)), max_size=3
+)
+records = st.tuples(blobs, blobs, header_lists, st.integers(-(10**6), 10**6), st.integers(1, 500))
+
+
+def build_chunk(batches: list[tuple[int, bool, list[tuple]]]) -> bytes:
+    """Batches of (compression, log append time, records) at consecutive offsets."""
+    out = []
+    base = 0
+    for codec, append_time, recs in batches:
+        builder = BatchBuilder(
+            compression=Compression(codec),
+            base_offset=base,
+            log_append_time=1_700_000_999_000 if append_time else None,
+        )
+        delta = -1
+        for key, value, headers, ts, gap in recs:
+            delta += gap
+            builder.append(
+                key, value, headers, timestamp=1_700_000_000_000 + ts, offset_delta=delta
+            )
+        out.append(builder.close())
+        base += delta + 1
+    return b"".join(out)
+
+
+def reference(data: bytes, start: int, end: int | None) -> list[tuple]:
+    rows = []
+    for pos, header in iter_batches(data):
+        for r in decode_records(data, pos, header=header):
+            if r.offset >= start and (end is None or r.offset < end):
+                ts_type = 1 if header.is_log_append_time else 0
+                rows.append((r.key, r.value, r.offset, r.timestamp, ts_type, list(r.headers)))
+    return rows
+
+
+def actual(batch: pa.RecordBatch | None) -> list[tuple]:
+    if batch is None:
+        return []
+    d = batch.to_pydict()
+    return [
+        (
+            d["key"][i],
+            d["value"][i],
+            d["offset"][i],
+            int(d["timestamp"][i].timestamp() * 1000),
+            d["timestampType"][i],
+            [(h["key"], h["value"]) for h in d["headers"][i]],
+        )
+        for i in range(batch.num_rows)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 2, 3, 4]),
+            st.booleans(),
+            st.lists(records, min_size=1, max_size=12),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 3000),
+    st.none() | st.integers(0, 4000),
+)
+def test_matches_reference_decoder(batches, start, end) -> None:
+    data = build_chunk(batches)
+    decoded = decode_chunk(data, "t", 3, start, end, include_headers=True)
+    assert actual(decoded.batch) == reference(data, start, end)
+    last = max(h.next_offset for _, h in iter_batches(data))
+    assert decoded.next_offset == max(start, last)
+    if decoded.batch is not None:
+        assert decoded.batch.schema == arrow_schema(True)
+        assert set(decoded.batch.column("topic").to_pylist()) == {"t"}
+        assert set(decoded.batch.column("partition").to_pylist()) == {3}
+
+
+def test_cut_last_batch_is_left_for_the_next_fetch() -> None:
+    data = build_chunk([(0, False, [(b"k", b"v" * 50, [], 0, 1)] * 3)] * 2)
+    first_size = len(build_chunk([(0, False, [(b"k", b"v" * 50, [], 0, 1)] * 3)]))
+    decoded = decode_chunk(data[: first_size + 20], "t", 0, 0, None)
+    assert decoded.batch is not None
+    assert decoded.batch.column("offset").to_pylist() == [0, 1, 2]
+    assert decoded.next_offset == 3
+
+
+def test_headers_column_absent_without_include_headers() -> None:
+    data = build_chunk([(0, False, [(None, b"v", [("h", b"x")], 0, 1)])])
+    decoded = decode_chunk(data, "t", 0, 0, None)
+    assert decoded.batch is not None
+    assert decoded.batch.schema.names == arrow_schema(False).names
+    assert decoded.batch.column("value").to_pylist() == [b"v"]
+
+
+@pytest.mark.parametrize(
+    ("where", "structural"),
+    [
+        (61, True),  # first record's length
+        (64, True),  # its offset delta
+        (65, True),  # its key length
+        (62, False),  # its attributes (unused by Kafka: only the CRC notices)
+        (70, False),  # a key byte
+        (-1, False),  # the last record's header count
+    ],
+)
+def test_corrupt_records_raise_records_error(where: int, structural: bool) -> None:
+    data = bytearray(build_chunk([(0, False, [(b"key", b"value" * 5, [], 5, 1)] * 4)]))
+    data[where] ^= 0x5A
+    with pytest.raises(RecordsError):
+        decode_chunk(bytes(data), "t", 0, 0, None)
+    if structural:
+        with pytest.raises(RecordsError):
+            decode_chunk(bytes(data), "t", 0, 0, None, verify_crc=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(61, 400), st.integers(1, 255))
+def test_any_flipped_byte_raises_records_error_or_decodes(where: int, mask: int) -> None:
+    data = bytearray(build_chunk([(0, False, [(b"key", b"value" * 5, [("a", b"b")], 5, 1)] * 6)]))
+    if where >= len(data):
+        return
+    data[where] ^= mask
+    with contextlib.suppress(RecordsError):
+        decode_chunk(bytes(data), "t", 0, 0, None, verify_crc=False, include_headers=True)

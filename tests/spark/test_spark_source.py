@@ -1,0 +1,299 @@
+"""Batch and streaming reads through format("tidelog") against a real broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+from spark_helpers import options, produce
+
+BASE_FIELDS = [
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+]
+T0 = 1_700_000_000_000
+
+
+def read(spark: Any, opts: dict[str, str]) -> Any:
+    return spark.read.format("tidelog").options(**opts).load()
+
+
+def rows_of(df: Any) -> list[tuple[int, int, bytes]]:
+    return sorted((r.partition, r.offset, bytes(r.value)) for r in df.collect())
+
+
+def test_batch_read_of_three_partitions_returns_exactly_the_records(
+    spark: Any, broker: Any, make_topic: Any, topic: str
+) -> None:
+    make_topic(topic, 3)
+    n = 100_000
+    records = [
+        (i % 3, (f"k{i}".encode() if i % 7 else None), f"v-{i % 3}-{i // 3}".encode(), T0 + i, [])
+        for i in range(n)
+    ]
+    produce(broker.bootstrap, topic, records)
+    df = read(spark, options(broker.bootstrap, subscribe=topic))
+    assert df.schema == StructType(BASE_FIELDS)
+    stats = df.agg(
+        F.count("*").alias("rows"),
+        F.countDistinct("partition", "offset").alias("distinct"),
+        F.sum(
+            (
+                F.col("value")
+                != F.concat(
+                    F.lit("v-"),
+                    F.col("partition").cast("string"),
+                    F.lit("-"),
+                    F.col("offset").cast("string"),
+                ).cast("binary")
+            ).cast("int")
+        ).alias("bad_values"),
+        F.sum(F.col("key").isNull().cast("int")).alias("null_keys"),
+        F.sum((F.col("topic") != topic).cast("int")).alias("bad_topics"),
+        F.sum((F.col("timestampType") != 0).cast("int")).alias("bad_types"),
+    ).collect()[0]
+    assert stats.rows == n
+    assert stats.distinct == n
+    assert stats.bad_values == 0
+    assert stats.null_keys == len([i for i in range(n) if i % 7 == 0])
+    assert stats.bad_topics == 0 and stats.bad_types == 0
+    per_partition = {
+        r.partition: (r.lo, r.hi, r.c)
+        for r in df.groupBy("partition")
+        .agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("c"))
+        .collect()
+    }
+    assert per_partition == {p: (0, len(range(p, n, 3)) - 1, len(range(p, n, 3))) for p in range(3)}
+    # Keys and timestamps, byte for byte, of a sample.
+    sample = (
+        df.where(F.col("offset").isin(0, 1, 33_332))
+        .select("partition", "offset", "key", (F.unix_micros("timestamp")).alias("us"))
+        .collect()
+    )
+    for r in sample:
+        i = r.offset * 3 + r.partition
+        assert (bytes(r.key) if r.key is not None else None) == records[i][1]
+        assert r.us == (T0 + i) * 1000
+
+
+def test_starting_and_ending_offsets_json_select_ranges(
+    spark: Any, broker: Any, make_topic: Any, topic: str
+) -> None:
+    make_topic(topic, 2)
+    produce(
+        broker.bootstrap,
+        topic,
+        [(p, None, f"{p}:{i}".encode(), None, []) for p in (0, 1) for i in range(50)],
+    )
+    df = read(
+        spark,
+        options(
+            broker.bootstrap,
+            subscribe=topic,
+            startingOffsets=f'{{"{topic}": {{"0": 10, "1": -2}}}}',
+            endingOffsets=f'{{"{topic}": {{"0": 20, "1": 5}}}}',
+        ),
+    )
+    assert rows_of(df) == [(0, i, f"0:{i}".encode()) for i in range(10, 20)] + [
+        (1, i, f"1:{i}".encode()) for i in range(5)
+    ]
+    assign = read(
+        spark,
+        options(
+            broker.bootstrap,
+            assign=f'{{"{topic}": [1]}}',
+            startingOffsets=f'{{"{topic}": {{"1": 45}}}}',
+            endingOffsets="latest",
+            minPartitions=4,
+        ),
+    )
+    assert rows_of(assign) == [(1, i, f"1:{i}".encode()) for i in range(45, 50)]
+    pattern = read(spark, options(broker.bootstrap, subscribePattern=topic[:30] + ".*"))
+    assert len(rows_of(pattern)) == 100
+
+
+def test_timestamps_select_ranges(spark: Any, broker: Any, make_topic: Any, topic: str) -> None:
+    make_topic(topic, 2)
+    produce(
+        broker.bootstrap,
+        topic,
+        [(p, None, f"{p}:{i}".encode(), T0 + 1000 * i, []) for p in (0, 1) for i in range(20)],
+    )
+    df = read(
+        spark,
+        options(
+            broker.bootstrap,
+            subscribe=topic,
+            startingTimestamp=T0 + 5000,
+            endingTimestamp=T0 + 8000,
+        ),
+    )
+    assert rows_of(df) == [(p, i, f"{p}:{i}".encode()) for p in (0, 1) for i in range(5, 8)]
+    by_partition = read(
+        spark,
+        options(
+            broker.bootstrap,
+            subscribe=topic,
+            startingOffsetsByTimestamp=f'{{"{topic}": {{"0": {T0 + 18_500}, "1": {T0}}}}}',
+            endingOffsetsByTimestamp=f'{{"{topic}": {{"0": {T0 + 60_000}, "1": {T0 + 2000}}}}}',
+        ),
+    )
+    assert rows_of(by_partition) == [(0, 19, b"0:19"), (1, 0, b"1:0"), (1, 1, b"1:1")]
+    with pytest.raises(Exception, match="startingOffsetsByTimestampStrategy"):
+        read(
+            spark, options(broker.bootstrap, subscribe=topic, startingTimestamp=T0 + 10**9)
+        ).count()
+
+
+def test_include_headers(spark: Any, broker: Any, make_topic: Any, topic: str) -> None:
+    make_topic(topic, 1)
+    produce(
+        broker.bootstrap,
+        topic,
+        [
+            (0, b"a", b"1", None, [("h1", b"x"), ("h2", b"")]),
+            (0, b"b", b"2", None, []),
+            (0, b"c", b"3", None, [("only", b"\x00\xff")]),
+        ],
+    )
+    df = read(spark, options(broker.bootstrap, subscribe=topic, includeHeaders="true"))
+    assert df.schema == StructType(
+        [
+            *BASE_FIELDS,
+            StructField(
+                "headers",
+                ArrayType(
+                    StructType(
+                        [StructField("key", StringType()), StructField("value", BinaryType())]
+                    )
+                ),
+            ),
+        ]
+    )
+    got = [
+        (bytes(r.value), [(h.key, bytes(h.value)) for h in r.headers])
+        for r in df.orderBy("offset").collect()
+    ]
+    assert got == [
+        (b"1", [("h1", b"x"), ("h2", b"")]),
+        (b"2", []),
+        (b"3", [("only", b"\x00\xff")]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({}, "exactly one of"),
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "exactly one of"),
+        ({"subscribe": "a", "startingOffsets": "{not json"}, "not valid JSON"),
+        ({"subscribe": "a", "startingOffsets": "latest"}, "cannot be latest"),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, "true or false"),
+        ({"assign": '{"a": ["x"]}'}, "not a number"),
+    ],
+)
+def test_bad_options_get_clear_errors(
+    spark: Any, broker: Any, extra: dict[str, str], message: str
+) -> None:
+    with pytest.raises(Exception, match=message):
+        read(spark, options(broker.bootstrap, **extra)).count()
+
+
+def test_ending_offsets_on_a_stream_is_refused(spark: Any, broker: Any) -> None:
+    with pytest.raises(Exception, match="batch queries only"):
+        (
+            spark.readStream.format("tidelog")
+            .options(**options(broker.bootstrap, subscribe="a", endingOffsets="latest"))
+            .load()
+            .writeStream.format("noop")
+            .start()
+            .awaitTermination(30)
+        )
+
+
+def run_available_now(spark: Any, opts: dict[str, str], checkpoint: str) -> list[list[tuple]]:
+    batches: list[list[tuple]] = []
+
+    def collect(df: Any, _batch_id: int) -> None:
+        batches.append(
+            sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+        )
+
+    query = (
+        spark.readStream.format("tidelog")
+        .options(**opts)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return [b for b in batches if b]
+
+
+def test_stream_respects_max_offsets_per_trigger_with_available_now(
+    spark: Any, broker: Any, make_topic: Any, topic: str, tmp_path: Any
+) -> None:
+    make_topic(topic, 3)
+    produce(broker.bootstrap, topic, [(i % 3, None, b"x", None, []) for i in range(1000)])
+    opts = options(
+        broker.bootstrap, subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=300
+    )
+    batches = run_available_now(spark, opts, str(tmp_path / "cp"))
+    assert [len(b) for b in batches] == [300, 300, 300, 100]
+    everything = sorted(x for b in batches for x in b)
+    assert everything == sorted((p, o) for p in range(3) for o in range(len(range(p, 1000, 3))))
+    # More data, same checkpoint: only the new records.
+    produce(broker.bootstrap, topic, [(i % 3, None, b"y", None, []) for i in range(90)])
+    again = run_available_now(spark, opts, str(tmp_path / "cp"))
+    assert [len(b) for b in again] == [90]
+    assert min(o for _, o in again[0]) >= 333
+
+
+def test_data_loss_after_delete_records(
+    spark: Any, broker: Any, make_topic: Any, topic: str, tmp_path: Any
+) -> None:
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient
+
+    make_topic(topic, 1)
+    produce(broker.bootstrap, topic, [(0, None, str(i).encode(), None, []) for i in range(100)])
+    opts = options(broker.bootstrap, subscribe=topic, startingOffsets="earliest")
+    first = run_available_now(spark, opts, str(tmp_path / "cp"))
+    assert sum(len(b) for b in first) == 100
+    produce(
+        broker.bootstrap, topic, [(0, None, str(i).encode(), None, []) for i in range(100, 200)]
+    )
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, 150)])
+    for f in futures.values():
+        f.result(30)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        run_available_now(spark, opts, str(tmp_path / "cp"))
+    lenient = {**opts, "failOnDataLoss": "false"}
+    rest = run_available_now(spark, lenient, str(tmp_path / "cp"))
+    assert sorted(o for b in rest for _, o in b) == list(range(150, 200))
+    # Batch reads: an explicit start below the log start.
+    below = {**opts, "startingOffsets": f'{{"{topic}": {{"0": 10}}}}'}
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        read(spark, below).count()
+    assert read(spark, {**below, "failOnDataLoss": "false"}).count() == 50
