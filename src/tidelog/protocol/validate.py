@@ -170,7 +170,8 @@ def _refusing_null(step: Step, what: str, flexible: bool, width: int) -> Step:
 
     def checked(buf: memoryview, pos: int, end: int, edits: list[Edit]) -> int:
         if flexible:
-            is_null = pos < end and buf[pos] == 0  # compact length + 1 == 0
+            # compact length + 1 == 0; a varint may spell 0 in several bytes (80 00)
+            is_null = pos < end and read_uvarint(buf, pos, end)[0] == 0
         else:
             is_null = pos + width <= end and legacy.unpack_from(buf, pos)[0] == -1
         if is_null:

@@ -496,3 +496,11 @@ def test_null_where_the_schema_allows_it_is_kept() -> None:
     header, request = parse_request(struct.pack(">hhih", 3, 1, 9, -1) + struct.pack(">i", -1))
     assert header.api_version == 1
     assert request.topics is None  # type: ignore[union-attr]
+
+
+def test_a_null_spelled_as_a_two_byte_varint_is_still_null() -> None:
+    """Compact length 0 written as 80 00: the same null, and still refused."""
+    header = struct.pack(">hhih", 0, 9, 1, 1) + b"x" + b"\x00"  # Produce v9, header v2
+    body = b"\x00" + struct.pack(">hi", 1, 1000) + b"\x80\x00" + b"\x00"
+    with pytest.raises(MalformedError, match="non-nullable"):
+        parse_request(header + body)
