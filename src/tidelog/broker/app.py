@@ -4,6 +4,8 @@ Start: replay the metadata log (controller), open every partition log (recoverin
 an unclean shutdown), make the partitions match the metadata image, listen.
 Run: serve connections; in the background apply retention, the flush policy,
 checkpoints and compaction on Kafka's schedules, each in a worker thread.
+The group coordinator's driver starts with the broker (it loads ``__consumer_offsets`` in
+the background) and stops first, answering the group requests still waiting.
 Stop (SIGTERM/SIGINT): stop accepting and reading, finish the requests already taken
 and send their responses, then flush and close every log with the clean-shutdown marker
 so the next start skips recovery.
@@ -18,6 +20,7 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from tidelog.broker.broker import Broker, wall_clock_ms
+from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
@@ -88,6 +91,10 @@ class BrokerApp:
             loop.call_soon_threadsafe(broker.apply_metadata, image, delta)
 
         controller.add_listener(on_change)
+        # The group coordinator loads __consumer_offsets in the background; until a
+        # partition is loaded its groups get COORDINATOR_LOAD_IN_PROGRESS.
+        broker.groups = GroupDriver(broker)
+        await broker.groups.start()
 
         listener = config.listeners[0]
         advertised = (config.advertised_listeners or [listener])[0]
@@ -147,6 +154,10 @@ class BrokerApp:
                 _log.exception("background %s failed; will try again", name)
 
     async def stop(self) -> None:
+        if self.broker is not None and self.broker.groups is not None:
+            # First, so that no request waits on a rebalance through the server's grace
+            # period: waiting group requests get NOT_COORDINATOR and their clients move on.
+            await self.broker.groups.stop()
         if self.server is not None:
             await self.server.shutdown()
         for task in self._background:

@@ -9,7 +9,8 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
   dynamic values applied (Kafka's names);
 * ``clock()`` — milliseconds, the only source of time for handlers;
 * ``node_id``, ``cluster_id``, ``advertised_host``, ``advertised_port``;
-* ``advertised_versions`` — the version table ApiVersions answers with.
+* ``advertised_versions`` — the version table ApiVersions answers with;
+* ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`).
 
 Every metadata change reaches :meth:`Broker.apply_metadata` on the event loop thread, in
 the order the controller applied them, *before* the handler that caused it resumes: the
@@ -25,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog.broker.partitions import Partition, Partitions
 from tidelog.metadata.configs import BrokerConfig, topic_log_config
@@ -33,6 +34,9 @@ from tidelog.metadata.controller import Controller
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, VersionRange
 from tidelog.storage import LogConfig
+
+if TYPE_CHECKING:
+    from tidelog.broker.groups import GroupDriver
 
 _log = logging.getLogger(__name__)
 
@@ -72,6 +76,8 @@ class Broker:
         self.advertised_versions: Mapping[ApiKey, VersionRange] = SUPPORTED_VERSIONS
         self._next_producer_id = 0
         self._producer_id_end = 0
+        #: the group coordinator's driver, set by the app (None: group APIs unavailable)
+        self.groups: GroupDriver | None = None
 
     # -- metadata ------------------------------------------------------------------------
 
@@ -123,6 +129,9 @@ class Broker:
             self._ensure_topic(image, name)
         if delta.changed_broker_configs:
             reconfigure = set(image.topics_by_name)
+            expiration_ms = self.config.producer_id_expiration_ms
+            for partition in self.partitions:
+                partition.set_producer_id_expiration_ms(expiration_ms)
         else:
             reconfigure = set(delta.changed_topic_configs)
         for name in sorted(reconfigure):
@@ -146,6 +155,7 @@ class Broker:
                     config=config,
                     topic_id=topic.topic_id,
                     leader_epoch=part.leader_epoch,
+                    producer_id_expiration_ms=self.config.producer_id_expiration_ms,
                 )
             )
         return ensured

@@ -229,9 +229,7 @@ def test_default_bounds_are_kafka_4s(broker: Any) -> None:
     """No lower bound; at most an hour ahead (message.timestamp.after.max.ms, KIP-1030)."""
     add_topic(broker, "t")
     old = make_batch(timestamps=[1, NOW])
-    assert only(call(broker, 9, produce_request(9, {"t": {0: old}}))).error_code == (
-        ErrorCode.NONE
-    )
+    assert only(call(broker, 9, produce_request(9, {"t": {0: old}}))).error_code == (ErrorCode.NONE)
     ahead = make_batch(timestamps=[NOW, NOW + 3_600_000 + 1_000])
     assert only(call(broker, 9, produce_request(9, {"t": {0: ahead}}))).error_code == (
         ErrorCode.INVALID_TIMESTAMP
