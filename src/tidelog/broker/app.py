@@ -158,6 +158,8 @@ class BrokerApp:
             # First, so that no request waits on a rebalance through the server's grace
             # period: waiting group requests get NOT_COORDINATOR and their clients move on.
             await self.broker.groups.stop()
+        if self.broker is not None:
+            self.broker.begin_stopping()
         if self.server is not None:
             await self.server.shutdown()
         for task in self._background:

@@ -76,6 +76,8 @@ class Broker:
         self.advertised_versions: Mapping[ApiKey, VersionRange] = SUPPORTED_VERSIONS
         self._next_producer_id = 0
         self._producer_id_end = 0
+        #: Set at shutdown: waits (fetch long polls) end at once with what there is.
+        self.stopping = False
         #: the group coordinator's driver, set by the app (None: group APIs unavailable)
         self.groups: GroupDriver | None = None
 
@@ -159,6 +161,12 @@ class Broker:
                 )
             )
         return ensured
+
+    def begin_stopping(self) -> None:
+        """End every wait now: long polls answer with what they have."""
+        self.stopping = True
+        for partition in self.partitions:
+            partition.wake_waiters()
 
     # -- producer ids --------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._reading: asyncio.Task[None] | None = None
         self._closing = False
+        self._peer_closed = False
         try:
             host, port = sock.getpeername()[:2]
             self.peer = f"{host}:{port}"
@@ -133,11 +134,13 @@ class Connection:
         # on a full queue.
         writer.add_done_callback(lambda _: reading.cancel())
         try:
-            # The reader ends at EOF, a protocol error, or stop_reading(); the writer then
-            # sends whatever is still queued and ends at the end-of-stream marker.
+            # The reader ends at EOF, a protocol error, or stop_reading(). After a protocol
+            # error or at shutdown the writer first sends what is still queued, as Kafka
+            # has answered every earlier request before it reads the next one; a client
+            # that hung up gets nothing more, not even a pending long poll.
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
-            if not writer.done():
+            if not writer.done() and not self._peer_closed:
                 await self._queue.put((None, None))
                 await writer
         except (ConnectionError, OSError, _Closed):
@@ -174,6 +177,7 @@ class Connection:
             while not self._closing:
                 n = await loop.sock_recv_into(self._sock, buf)
                 if n == 0:
+                    self._peer_closed = True
                     return
                 for frame in self._decoder.feed(view[:n]):
                     await self._handle_frame(frame)
@@ -182,7 +186,7 @@ class Connection:
         except ProtocolError as exc:
             _log.warning("closing connection from %s: %s", self.peer, exc)
         except (ConnectionError, OSError):
-            return
+            self._peer_closed = True
 
     async def _handle_frame(self, frame: memoryview) -> None:
         try:

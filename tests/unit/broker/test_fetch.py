@@ -314,6 +314,23 @@ def test_an_append_before_the_long_poll_starts_waiting_is_not_missed(broker: Bro
     assert _batch_offsets(got.records) == [0]
 
 
+def test_shutdown_ends_long_polls_at_once(broker: Broker) -> None:
+    add_partitions(broker, "t")
+    request = fetch_request(broker, 12, [Want("t")], max_wait_ms=60_000, min_bytes=1)
+
+    async def scenario() -> bytes:
+        reply = await _handler(broker, request)
+        assert isinstance(reply, Deferred)
+        waiter = asyncio.ensure_future(reply.waiter)
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        broker.begin_stopping()
+        return _body(await asyncio.wait_for(waiter, 10))
+
+    got = _one(decode_body(ApiKey.FETCH, 12, asyncio.run(scenario())))
+    assert got.error_code == ErrorCode.NONE and got.records == b""
+
+
 def test_long_poll_waits_for_min_bytes(broker: Broker) -> None:
     add_partitions(broker, "t")
     p = _partition(broker, "t")

@@ -218,3 +218,42 @@ def test_shutdown_sends_answers_already_in_flight(broker: Broker) -> None:
         await gen.aclose()
 
     run(scenario)
+
+
+def test_a_client_that_hangs_up_does_not_keep_a_pending_answer_alive(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka drops a connection at EOF; a long wait queued on it must not hold it open."""
+    from tidelog.broker.handlers import api_versions
+
+    original = api_versions.handle_api_versions
+    never = asyncio.Event()
+
+    async def waits_forever(ctx: Any, request: Any) -> Any:
+        response = await original(ctx, request)
+
+        async def later() -> Any:
+            await never.wait()
+            return response
+
+        return Deferred(later())
+
+    monkeypatch.setitem(HANDLERS, ApiKey.API_VERSIONS, waits_forever)
+
+    async def scenario() -> None:
+        async for server, connect in _serve(broker):
+            client = await connect()
+            await client.send(api_versions_v3(1))
+            for _ in range(100):
+                if server._connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(server._connections) == 1
+            client.close()
+            for _ in range(300):
+                if not server._connections:
+                    break
+                await asyncio.sleep(0.01)
+            assert not server._connections
+
+    run(scenario)

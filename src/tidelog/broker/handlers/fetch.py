@@ -340,7 +340,7 @@ async def _long_poll(fetch: _Fetch, broker: Broker) -> EncodedResponse:
         events = _subscribe(fetch, broker)
         reads = _read_all(fetch, broker)
         remaining = fetch.deadline_ms - broker.clock()
-        if remaining <= 0 or _satisfied(fetch, reads):
+        if remaining <= 0 or broker.stopping or _satisfied(fetch, reads):
             return _respond(fetch, broker, reads)
         _close(reads)
         if not await _wait_for_any(events, remaining):
