@@ -139,11 +139,22 @@ class BrokerApp:
             ),
             ("checkpoint", config.log_flush_offset_checkpoint_interval_ms, logs.checkpoint),
         ]
+        if config.log_cleaner_enable:
+            schedules.append(("cleaner", config.log_cleaner_backoff_ms, self._clean_until_idle))
         for name, interval_ms, job in schedules:
             if interval_ms < _NEVER_MS:
                 self._background.append(
                     asyncio.create_task(self._every(name, interval_ms, job), name=name)
                 )
+
+    def _clean_until_idle(self, max_passes: int = 16) -> int:
+        """Compact the dirtiest compacted logs, one pass each, until none is due (Kafka's
+        cleaner backs off only when it finds nothing to do); the passes made."""
+        assert self.logs is not None
+        for passes in range(max_passes):
+            if self.logs.clean_dirtiest(self.clock()) is None:
+                return passes
+        return max_passes
 
     async def _every(self, name: str, interval_ms: int, job: Callable[[], object]) -> None:
         while True:
