@@ -753,7 +753,6 @@ class GroupCoordinator:
         member = group.members[old_id]
         self._fail_waiting(member, E.FENCED_INSTANCE_ID, effects)
         old_leader = group.leader_id
-        unchanged = member.matches(req.protocols)
         previous = (
             member.protocols,
             member.rebalance_timeout_ms,
@@ -768,7 +767,12 @@ class GroupCoordinator:
         member.client_id = req.client_id
         member.client_host = req.client_host
         self._reset_session(group, member, now_ms)
-        if group.state is GroupState.STABLE and unchanged:
+        # Kafka's rule: a Stable group keeps its generation unless the protocol it would
+        # select now differs. Comparing the metadata bytes instead would rebalance on every
+        # Java restart, whose subscription carries the generation it last held (KIP-792).
+        candidates = group.candidate_protocols()
+        keeps_protocol = bool(candidates) and group.select_protocol() == group.protocol_name
+        if group.state is GroupState.STABLE and keeps_protocol:
             self._persist_static_replacement(
                 group, member, token, req, old_id, old_leader, previous, effects
             )

@@ -492,7 +492,10 @@ def test_static_leader_restart_skips_assignment_on_v9_and_hides_leadership_befor
         assert s.assignment == b"A"
 
 
-def test_static_member_with_changed_metadata_triggers_rebalance() -> None:
+def test_static_member_with_new_metadata_keeps_the_generation_if_the_protocol_stays() -> None:
+    """Kafka rebalances a Stable group on a static rejoin only when the protocol it would
+    select changes; new subscription bytes alone (the Java client's carry its last
+    generation) do not. The client itself rejoins if its subscription really changed."""
     h = Harness()
     ta = h.join(client_id="a", instance="ia", protocols=[("range", subscription(["t1"]))])
     h.advance(3000)
@@ -500,7 +503,21 @@ def test_static_member_with_changed_metadata_triggers_rebalance() -> None:
     h.sync(r.member_id, r.generation_id, [(r.member_id, b"A")], instance="ia")
     t = h.join(client_id="a", instance="ia", protocols=[("range", subscription(["t1", "t2"]))])
     r2 = h.join_result(t)
+    assert r2.error is E.NONE and r2.generation_id == r.generation_id
+
+
+def test_static_member_whose_protocol_changes_triggers_a_rebalance() -> None:
+    h = Harness()
+    ta = h.join(client_id="a", instance="ia", protocols=[("range", subscription(["t1"]))])
+    h.advance(3000)
+    r = h.join_result(ta)
+    h.sync(r.member_id, r.generation_id, [(r.member_id, b"A")], instance="ia")
+    # Still supports the group's protocol, but now prefers another: the vote changes.
+    sub = subscription(["t1"])
+    t = h.join(client_id="a", instance="ia", protocols=[("roundrobin", sub), ("range", sub)])
+    r2 = h.join_result(t)
     assert r2.error is E.NONE and r2.generation_id == r.generation_id + 1
+    assert r2.protocol_name == "roundrobin"
 
 
 def test_static_member_replaced_while_waiting_is_fenced() -> None:
