@@ -17,7 +17,7 @@ from tidelog.records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
-from tidelog.records.builder import BatchBuilder
+from tidelog.records.builder import BatchBuilder, seal_batch
 from tidelog.records.compression import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     Compression,
@@ -84,6 +84,7 @@ __all__ = [
     "parse_header",
     "peek_batch_size",
     "records_block",
+    "seal_batch",
     "set_base_offset",
     "set_max_timestamp_log_append_time",
     "set_partition_leader_epoch",

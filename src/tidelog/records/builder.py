@@ -20,6 +20,7 @@ from crc32c import crc32c
 
 from tidelog.records.batch import (
     _HEADER,
+    COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_START,
     DELETE_HORIZON_MASK,
@@ -243,30 +244,74 @@ class BatchBuilder:
             attributes |= CONTROL_MASK
         if self.delete_horizon_ms is not None:
             attributes |= DELETE_HORIZON_MASK
-        if self.compression is Compression.NONE:
-            payload: bytes | bytearray = self._records
-        else:
-            payload = compress(self.compression, self._records, self.compression_level)
-        header = bytearray(
-            _HEADER.pack(
-                self.base_offset,
-                HEADER_SIZE - LOG_OVERHEAD + len(payload),
-                self.partition_leader_epoch,
-                MAGIC_V2,
-                0,
-                attributes,
-                self._last_delta if self.last_offset_delta is None else self.last_offset_delta,
-                self._base_timestamp,
-                max_timestamp,
-                self.producer_id,
-                self.producer_epoch,
-                self.base_sequence,
-                self._count,
-            )
+        return seal_batch(
+            self._records,
+            record_count=self._count,
+            last_offset_delta=(
+                self._last_delta if self.last_offset_delta is None else self.last_offset_delta
+            ),
+            base_timestamp=self._base_timestamp,
+            max_timestamp=max_timestamp,
+            attributes=attributes,
+            compression=self.compression,
+            compression_level=self.compression_level,
+            base_offset=self.base_offset,
+            partition_leader_epoch=self.partition_leader_epoch,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
         )
-        crc = crc32c(payload, crc32c(memoryview(header)[CRC_START:]))
-        header[CRC_START - 4 : CRC_START] = crc.to_bytes(4, "big")
-        return b"".join((header, payload))
+
+
+def seal_batch(
+    records: bytes | bytearray | memoryview,
+    *,
+    record_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int = 0,
+    compression: Compression = Compression.NONE,
+    compression_level: int | None = None,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    precompressed: bool = False,
+) -> bytes:
+    """A whole batch around an already encoded records block: compress it once, write the
+    header, compute the CRC once. With ``precompressed`` the block is already compressed
+    with ``compression`` (a producer keeps the compressed payload to re-send it). :class:`BatchBuilder` ends here, and so do the encoders
+    on hot paths (the client's producer, the agent's sender) that lay out records
+    themselves with :data:`~tidelog.records.varint.SMALL_VARINTS`.
+
+    ``attributes`` holds the flag bits; the codec bits come from ``compression``.
+    """
+    if precompressed or compression is Compression.NONE:
+        payload: bytes | bytearray | memoryview = records
+    else:
+        payload = compress(compression, records, compression_level)
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            HEADER_SIZE - LOG_OVERHEAD + len(payload),
+            partition_leader_epoch,
+            MAGIC_V2,
+            0,
+            (attributes & ~COMPRESSION_MASK) | int(compression),
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        )
+    )
+    crc = crc32c(payload, crc32c(memoryview(header)[CRC_START:]))
+    header[CRC_START - 4 : CRC_START] = crc.to_bytes(4, "big")
+    return b"".join((header, payload))
 
 
 def build_empty_batch(

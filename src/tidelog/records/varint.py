@@ -48,6 +48,24 @@ def _encode_unsigned(zz: int) -> bytes:
     return bytes(out)
 
 
+#: Zigzag varints of 0 .. 2**14 - 1 (one or two bytes). Record lengths, offset deltas,
+#: timestamp deltas and key/value lengths of a batch nearly always fall here, so encoders on
+#: hot paths index this table instead of calling a function: ``SMALL_VARINTS[n]``.
+SMALL_VARINT_LIMIT = 1 << 14
+SMALL_VARINTS: tuple[bytes, ...] = tuple(
+    _encode_unsigned((n << 1) & 0xFFFFFFFF) for n in range(SMALL_VARINT_LIMIT)
+)
+
+
+def varlong_bytes(value: int) -> bytes:
+    """Zigzag varlong of ``value``, from the table when it is small and not negative.
+
+    For encoders that already know their values fit (lengths and deltas they computed)."""
+    if 0 <= value < SMALL_VARINT_LIMIT:
+        return SMALL_VARINTS[value]
+    return _encode_unsigned(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
 def encode_varint(value: int) -> bytes:
     """Zigzag varint of an int32 (1 to 5 bytes)."""
     if not INT32_MIN <= value <= INT32_MAX:
