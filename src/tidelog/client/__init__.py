@@ -27,6 +27,7 @@ from tidelog.client.groups import (
     MemberDescription,
     OffsetAndMetadata,
 )
+from tidelog.client.membership import CommitFailedError, RebalanceListener, WakeupError
 from tidelog.client.sync import Admin, Consumer, Producer
 from tidelog.client.types import (
     AlterConfigOp,
@@ -47,6 +48,7 @@ __all__ = [
     "ClientClosedError",
     "ClientError",
     "ClusterDescription",
+    "CommitFailedError",
     "ConfigEntry",
     "ConfigError",
     "ConfigResource",
@@ -62,9 +64,11 @@ __all__ = [
     "PartialFailureError",
     "PartitionInfo",
     "Producer",
+    "RebalanceListener",
     "RecordMetadata",
     "RequestTimeoutError",
     "TopicInfo",
     "TopicPartition",
     "UnsupportedApiError",
+    "WakeupError",
 ]

@@ -6,8 +6,9 @@ with underscores for dots (``linger_ms=5``). Every key must be known to that kin
 wrong kind raises :class:`~tidelog.client.errors.ConfigError` naming the key, with the closest
 known names as a hint. Values may be given as strings (as in a properties file).
 
-Known differences from Kafka's Java client defaults, on purpose for now:
-``enable.idempotence`` defaults to false (the idempotent producer is not implemented yet).
+Producer keys that take Python objects rather than class names: ``partitioner.class`` (a
+callable ``(topic, key_bytes, value_bytes, num_partitions) -> partition``) and
+``key.serializer`` / ``value.serializer`` (callables ``(obj) -> bytes | str | None``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ def _str(name: str, value: Any) -> str:
 
 def _optional_str(name: str, value: Any) -> str | None:
     return None if value is None else _str(name, value)
+
+
+def _optional_callable(name: str, value: Any) -> Callable[..., Any] | None:
+    if value is None:
+        return None
+    if callable(value):
+        function: Callable[..., Any] = value
+        return function
+    raise ConfigError(f"{name}: expected a callable (or None), got {value!r}")
 
 
 def _servers(name: str, value: Any) -> tuple[tuple[str, int], ...]:
@@ -141,13 +151,56 @@ PRODUCER = _keys(
     Key("retries", 2_147_483_647, _non_negative),
     Key("delivery.timeout.ms", 120_000, _positive),
     Key("max.request.size", 1_048_576, _positive),
-    Key("enable.idempotence", False, _bool),
+    Key("enable.idempotence", True, _bool),
     Key("partitioner.ignore.keys", False, _bool),
+    Key("buffer.memory", 33_554_432, _positive),
+    Key("max.block.ms", 60_000, _non_negative),
+    Key("partitioner.class", None, _optional_callable),
+    Key("key.serializer", None, _optional_callable),
+    Key("value.serializer", None, _optional_callable),
 )
 
+# Assignor names, and the Java class names that configurations written for Kafka's own
+# consumer use for them.
+ASSIGNOR_NAMES = {
+    "range": "range",
+    "org.apache.kafka.clients.consumer.rangeassignor": "range",
+    "cooperative-sticky": "cooperative-sticky",
+    "org.apache.kafka.clients.consumer.cooperativestickyassignor": "cooperative-sticky",
+}
+
+
+def _assignors(name: str, value: Any) -> tuple[str, ...]:
+    """``range,cooperative-sticky`` (or a list) -> the assignor names in preference order."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"{name}: expected a list of assignor names, got {value!r}")
+    names: list[str] = []
+    for item in items:
+        text = str(item).strip()
+        if not text:
+            continue
+        known = ASSIGNOR_NAMES.get(text.lower())
+        if known is None:
+            choices = ", ".join(sorted(set(ASSIGNOR_NAMES.values())))
+            raise ConfigError(f"{name}: unknown assignor {text!r} (known: {choices})")
+        if known not in names:
+            names.append(known)
+    if not names:
+        raise ConfigError(f"{name}: at least one assignor is required")
+    return tuple(names)
+
+
 CONSUMER = _keys(
-    # Accepted so that configurations written for group consumers load; not used yet.
     Key("group.id", None, _optional_str),
+    Key("group.instance.id", None, _optional_str),
+    Key("session.timeout.ms", 45_000, _positive),
+    Key("heartbeat.interval.ms", 3_000, _positive),
+    Key("max.poll.interval.ms", 300_000, _positive),
+    Key("auto.commit.interval.ms", 5_000, _non_negative),
+    Key("partition.assignment.strategy", ("range", "cooperative-sticky"), _assignors),
+    Key("exclude.internal.topics", True, _bool),
+    Key("default.api.timeout.ms", 60_000, _positive),
     Key("enable.auto.commit", True, _bool),
     Key("auto.offset.reset", "latest", _choice("earliest", "latest", "none")),
     Key("fetch.min.bytes", 1, _positive),

@@ -229,6 +229,73 @@ def decode_subscription(data: bytes | bytearray | memoryview) -> Subscription:
     )
 
 
+# -- encoding (what a member sends in JoinGroup, what a leader sends in SyncGroup) ------------
+
+
+def _put_string(out: bytearray, value: str) -> None:
+    raw = value.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise ConsumerProtocolError(f"string of {len(raw)} bytes is too long for an int16 length")
+    out += struct.pack(">h", len(raw))
+    out += raw
+
+
+def _put_bytes(out: bytearray, value: bytes | None) -> None:
+    if value is None:
+        out += struct.pack(">i", -1)
+    else:
+        out += struct.pack(">i", len(value))
+        out += value
+
+
+def _put_topic_partitions(out: bytearray, partitions: Iterable[TopicPartition]) -> None:
+    # Topics in order of first appearance, partitions in the order given.
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    out += struct.pack(">i", len(by_topic))
+    for topic, numbers in by_topic.items():
+        _put_string(out, topic)
+        out += struct.pack(f">i{len(numbers)}i", len(numbers), *numbers)
+
+
+def _check_version(version: int) -> None:
+    if not 0 <= version <= HIGHEST_CONSUMER_PROTOCOL_VERSION:
+        raise ConsumerProtocolError(
+            f"consumer protocol version {version}: expected 0..{HIGHEST_CONSUMER_PROTOCOL_VERSION}"
+        )
+
+
+def encode_subscription(subscription: Subscription) -> bytes:
+    """``subscription`` as ConsumerProtocolSubscription bytes of its version (fields the
+    version does not have are left out)."""
+    version = subscription.version
+    _check_version(version)
+    out = bytearray(struct.pack(">hi", version, len(subscription.topics)))
+    for topic in subscription.topics:
+        _put_string(out, topic)
+    _put_bytes(out, subscription.user_data)
+    if version >= 1:
+        _put_topic_partitions(out, subscription.owned_partitions)
+    if version >= 2:
+        out += struct.pack(">i", subscription.generation_id)
+    if version >= 3:
+        if subscription.rack_id is None:
+            out += struct.pack(">h", -1)
+        else:
+            _put_string(out, subscription.rack_id)
+    return bytes(out)
+
+
+def encode_assignment(assignment: Assignment) -> bytes:
+    """``assignment`` as ConsumerProtocolAssignment bytes (one layout for v0-v3)."""
+    _check_version(assignment.version)
+    out = bytearray(struct.pack(">h", assignment.version))
+    _put_topic_partitions(out, assignment.partitions)
+    _put_bytes(out, assignment.user_data)
+    return bytes(out)
+
+
 # -- offset resets ----------------------------------------------------------------------------
 
 RESET_KINDS = ("earliest", "latest", "datetime", "offset", "shift")
@@ -313,6 +380,8 @@ __all__ = [
     "Subscription",
     "decode_assignment",
     "decode_subscription",
+    "encode_assignment",
+    "encode_subscription",
     "parse_datetime",
     "plan_reset",
 ]

@@ -1,25 +1,33 @@
 """Synchronous facades: each runs its asyncio core on an event loop in a background thread.
 
 A facade method submits the matching coroutine to that loop and blocks for its result.
-``Producer.send`` does not block: it hands the record to the loop and returns a
-``concurrent.futures.Future``; records sent from one thread keep their order (the loop runs
-the hand-offs in the order they were made). Delivery callbacks run on the loop's thread.
+``Producer.send`` hands the record to the loop and returns a ``concurrent.futures.Future``;
+it blocks only while ``buffer.memory`` is used up, for at most ``max.block.ms``. Records sent
+from one thread keep their order (the loop runs the hand-offs in the order they were made).
+Delivery callbacks run on the loop's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from tidelog.client.aio.admin import AIOAdmin, ClusterDescription
-from tidelog.client.aio.consumer import AIOConsumer
-from tidelog.client.aio.producer import AIOProducer, DeliveryCallback, HeaderList
+from tidelog.client.aio.consumer import AIOConsumer, listener_in_threads
+from tidelog.client.aio.producer import (
+    AIOProducer,
+    DeliveryCallback,
+    DeliveryFuture,
+    HeaderList,
+)
 from tidelog.client.cluster import BrokerInfo, TopicInfo
 from tidelog.client.errors import ClientClosedError
 from tidelog.client.groups import GroupDescription, GroupListing, OffsetAndMetadata
+from tidelog.client.membership import RebalanceListener
 from tidelog.client.offsets import OffsetSpec
 from tidelog.client.types import (
     AlterConfigOp,
@@ -105,65 +113,52 @@ class _Facade:
             self._thread.stop()
 
 
-def _settle(
-    target: concurrent.futures.Future[RecordMetadata],
-) -> Callable[[asyncio.Future[RecordMetadata]], None]:
-    """A callback (run on the loop thread) that copies an asyncio future's outcome to
-    ``target``, the future the caller's thread holds."""
-
-    def settle(source: asyncio.Future[RecordMetadata]) -> None:
-        if not target.set_running_or_notify_cancel():
-            return  # the caller cancelled its future; nobody wants the outcome
-        if source.cancelled():
-            target.set_exception(concurrent.futures.CancelledError())
-        elif (error := source.exception()) is not None:
-            target.set_exception(error)
-        else:
-            target.set_result(source.result())
-
-    return settle
-
-
 class Producer(_Facade):
-    """Synchronous producer; see :class:`~tidelog.client.aio.AIOProducer`."""
+    """Synchronous producer; see :class:`~tidelog.client.aio.AIOProducer`.
+
+    ``send`` checks and serializes the record in the caller's thread, reserves its bytes in
+    ``buffer.memory`` (blocking up to ``max.block.ms`` while the buffer is full, then raising
+    :class:`~tidelog.client.aio.producer.BufferExhaustedError`) and hands it to the loop;
+    records sent from one thread keep their order.
+    """
 
     _kind = "producer"
     _core: AIOProducer
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(AIOProducer, config, kwargs)
+        self._loop = self._thread.loop
 
     def send(
         self,
         topic: str,
-        value: bytes | str | None = None,
-        key: bytes | str | None = None,
+        value: Any = None,
+        key: Any = None,
         headers: HeaderList | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue one record; the future resolves once the broker acknowledged it."""
         if self._closed:
             raise ClientClosedError("the producer is closed")
-        result: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
-        headers = None if headers is None else list(headers)
-
-        def hand_off() -> None:
-            try:
-                inner = self._core.send(
-                    topic, value, key, headers, partition, timestamp, on_delivery
-                )
-            except BaseException as exc:
-                result.set_exception(exc)
-                return
-            inner.add_done_callback(_settle(result))
-
-        self._thread.loop.call_soon_threadsafe(hand_off)
+        core = self._core
+        key, value, record_headers, size = core.prepare(topic, value, key, headers, partition)
+        core.buffer.reserve(size, core.max_block)
+        result = DeliveryFuture()
+        core.submit_threadsafe(
+            self._loop,
+            (topic, key, value, record_headers, partition, timestamp, on_delivery, result, size),
+        )
         return result
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every record sent so far is acknowledged; returns how many are not."""
         return self._run(self._core.flush(timeout))
+
+    @property
+    def idempotent(self) -> bool:
+        return self._core.idempotent
 
     def close(self, timeout: float | None = None) -> None:
         if self._closed:
@@ -176,13 +171,35 @@ class Producer(_Facade):
 
 
 class Consumer(_Facade):
-    """Synchronous standalone consumer; see :class:`~tidelog.client.aio.AIOConsumer`."""
+    """Synchronous consumer; see :class:`~tidelog.client.aio.AIOConsumer`.
+
+    Rebalance listener callbacks run in a worker thread while the poll that triggered them
+    waits, so they may call this consumer (commit, seek, position).
+    """
 
     _kind = "consumer"
     _core: AIOConsumer
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(AIOConsumer, config, kwargs)
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | None = None,
+        listener: RebalanceListener | None = None,
+        *,
+        pattern: str | re.Pattern[str] | None = None,
+    ) -> None:
+        """Join ``group.id`` consuming ``topics`` (or the topics matching ``pattern``)."""
+        names = topics if topics is None or isinstance(topics, str) else list(topics)
+        threaded = None if listener is None else listener_in_threads(listener)
+        self._run(_call_kw(self._core.subscribe, names, pattern=pattern, listener=threaded))
+
+    def unsubscribe(self) -> None:
+        self._run(self._core.unsubscribe())
+
+    def subscription(self) -> set[str]:
+        return self._run(_call(self._core.subscription))
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         self._run(_call(self._core.assign, list(partitions)))
@@ -217,8 +234,66 @@ class Consumer(_Facade):
         return self._run(self._core.end_offsets(list(partitions)))
 
     def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Records, waiting at most ``timeout`` seconds for some."""
+        """Records, waiting at most ``timeout`` seconds for some; :meth:`wakeup` from another
+        thread makes it raise WakeupError."""
         return self._run(self._core.poll(int(timeout * 1000), max_records))
+
+    def wakeup(self) -> None:
+        """Interrupt the poll running in another thread (or else the next one)."""
+        if not self._closed:
+            self._thread.loop.call_soon_threadsafe(self._core.wakeup)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._run(_call(self._core.pause, *partitions))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._run(_call(self._core.resume, *partitions))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._run(_call(self._core.paused))
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        asynchronous: bool = False,
+    ) -> (
+        dict[TopicPartition, OffsetAndMetadata]
+        | concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]
+    ):
+        """Commit ``offsets`` (default: the positions of every assigned partition). With
+        ``asynchronous`` the commit is sent in the background and a Future is returned."""
+        wanted = None if offsets is None else dict(offsets)
+        if not asynchronous:
+            committed = self._run(self._core.commit(wanted))
+            assert isinstance(committed, dict)
+            return committed
+
+        async def start() -> asyncio.Task[dict[TopicPartition, OffsetAndMetadata]]:
+            task = await self._core.commit(wanted, asynchronous=True)
+            assert isinstance(task, asyncio.Task)
+            return task
+
+        result: concurrent.futures.Future[dict[TopicPartition, OffsetAndMetadata]]
+        result = concurrent.futures.Future()
+        task = self._run(start())
+
+        def settle(source: asyncio.Task[dict[TopicPartition, OffsetAndMetadata]]) -> None:
+            if not result.set_running_or_notify_cancel():
+                return
+            if source.cancelled():
+                result.set_exception(concurrent.futures.CancelledError())
+            elif (error := source.exception()) is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(source.result())
+
+        self._thread.loop.call_soon_threadsafe(task.add_done_callback, settle)
+        return result
+
+    def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return self._run(self._core.committed(list(partitions)))
 
     def partitions_for(self, topic: str) -> list[int]:
         async def partitions() -> list[int]:
@@ -226,6 +301,10 @@ class Consumer(_Facade):
             return [p.partition for p in info.partitions]
 
         return self._run(partitions())
+
+
+async def _call_kw(function: Any, *args: Any, **kwargs: Any) -> Any:
+    return function(*args, **kwargs)
 
 
 class Admin(_Facade):

@@ -13,7 +13,7 @@ def test_defaults_are_kafkas() -> None:
     assert c["batch.size"] == 16384
     assert c["linger.ms"] == 5
     assert c["compression.type"] == "none"
-    assert c["enable.idempotence"] is False
+    assert c["enable.idempotence"] is True  # as the Java client and librdkafka
     assert c["request.timeout.ms"] == 30000
 
 

@@ -1,38 +1,81 @@
-"""AIOProducer: an accumulator of per-partition batches and one sender task.
+"""AIOProducer: per-partition accumulator, idempotent sequencing and one sender task.
 
-``send()`` is a plain method (call it on the producer's event loop) that encodes the record
-into the open batch of its partition at once and returns a future of
-:class:`~tidelog.client.types.RecordMetadata`. Records of a topic whose metadata is not known
-yet wait, in order, in a per-topic queue until it is.
+Records
+-------
+``send()`` serializes a record, reserves its size in ``buffer.memory`` and encodes it at once
+into the open batch of its partition (``_Batch``: one growing ``bytearray`` of Kafka v2
+records, the batch header written only when the batch is sent). A record costs one varint
+table lookup per field and one ``bytearray +=``; everything else (compression, CRC, header,
+request building) happens once per batch. Records of a topic whose metadata is not known yet
+wait, in order, in a per-topic list until it is. The memory a record reserved is given back
+when its batch is acknowledged or failed; the synchronous facade blocks its caller up to
+``max.block.ms`` while the buffer is full (:class:`BufferMemory`), then raises
+:class:`BufferExhaustedError`.
 
+Partitions
+----------
+An explicit partition wins; then ``partitioner.class`` (a callable ``(topic, key, value,
+num_partitions) -> partition``) if given; then murmur2 of the key as Kafka's Java client
+computes it; records without a key stick to one partition until a batch of it is full or
+handed to the sender (KIP-480).
+
+Sending
+-------
 The sender task drains batches that are *ready*: full (``batch.size``), older than
-``linger.ms``, retried after ``retry.backoff.ms``, or wanted by ``flush()``/``close()``. Ready
-batches are grouped by partition leader into one Produce request per broker (at most
-``max.request.size`` bytes). A partition has at most one batch in flight, so retries never
-reorder records within a partition (the Java client needs idempotence for that guarantee with
-more than one in flight; this producer has no idempotence yet and ``enable.idempotence`` must
-stay false). A batch is closed (compressed, CRC computed) once, when it is first sent; a retry
-resends the same bytes.
+``linger.ms``, due for a retry after ``retry.backoff.ms``, or wanted by ``flush()``/``close()``.
+Each Produce request carries at most one batch per partition (Kafka refuses more) and at most
+``max.request.size`` bytes; requests to a broker share one connection, which pipelines up to
+``max.in.flight.requests.per.connection`` of them.
 
-A retriable error (including a lost connection) requeues the batch at the head of its
-partition, up to ``retries`` times and within ``delivery.timeout.ms`` of the first record; the
-errors that mean the leader moved refresh metadata first. Everything else fails the batch's
-futures with a :class:`~tidelog.client.errors.ClientError` carrying the broker's error code.
-With ``acks=0`` no response is awaited and offsets are reported as -1.
+Idempotence (``enable.idempotence``, on by default as in Kafka's Java client)
+----------------------------------------------------------------------------
+The producer gets a producer id and epoch (InitProducerId) before its first batch. A batch
+takes the partition's next sequence number when it is first sent and keeps it, and its bytes,
+across retries; up to five batches per partition are in flight. Per partition (Kafka's
+``TransactionManager`` rules):
+
+* NONE and DUPLICATE_SEQUENCE_NUMBER acknowledge the batch (a broker answers a repeat of one
+  of the last five batches with the original offsets);
+* a retriable error, or OUT_OF_ORDER_SEQUENCE_NUMBER while an earlier batch of the partition
+  is not acknowledged yet (it was lost or is being retried), puts the batch back in sequence
+  order; while a partition has batches to re-send it sends one at a time, the lowest sequence
+  first, and only when nothing else of it is in flight, so the broker sees them in order;
+* OUT_OF_ORDER_SEQUENCE_NUMBER for the next expected sequence, UNKNOWN_PRODUCER_ID,
+  INVALID_PRODUCER_EPOCH, or a sent batch that failed for good (its sequence is now a gap)
+  ask for an epoch bump (KIP-360): once nothing is in flight the producer sends InitProducerId
+  with its current id and epoch (a broker may also hand out a new id), every partition starts
+  again at sequence 0, and the batches not acknowledged yet are re-stamped and re-sent in
+  their original order.
+
+Without idempotence a partition also pipelines up to ``max.in.flight.requests.per.connection``
+batches, and a retry may then reorder records, as in Kafka.
+
+Failures
+--------
+A batch not acknowledged within ``delivery.timeout.ms`` of its creation fails with
+REQUEST_TIMED_OUT once it is not in flight; ``retries`` bounds the re-sends; a request without
+an answer in ``request.timeout.ms`` counts as a retriable failure (the connection is dropped,
+as Kafka's clients do). Non-retriable broker errors fail the batch's futures with a
+:class:`~tidelog.client.errors.ClientError` carrying the code. With ``acks=0`` no response is
+awaited and offsets are reported as -1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from concurrent.futures import _base as _futures_base
+from typing import Any, Protocol
 
 from tidelog.client.cluster import STALE_METADATA_CODES, ClusterClient, TopicInfo
 from tidelog.client.config import parse_config
+from tidelog.client.connection import Connection
 from tidelog.client.errors import (
     BrokerConnectionError,
     ClientClosedError,
@@ -44,69 +87,417 @@ from tidelog.client.messages import epoch_millis
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 from tidelog.client.types import RecordMetadata, TopicPartition
 from tidelog.protocol import ApiKey, ErrorCode
-from tidelog.records import BatchBuilder, Compression
+from tidelog.records import Compression, compress, seal_batch
+from tidelog.records.varint import SMALL_VARINT_LIMIT, SMALL_VARINTS, varlong_bytes
 
 log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[ClientError | None, RecordMetadata | None], None]
 HeaderList = Iterable[tuple[str, bytes | bytearray | memoryview | str | None]]
+Headers = tuple[tuple[str, bytes | None], ...]
+PartitionerFn = Callable[[str, bytes | None, bytes | None, int], int]
+Serializer = Callable[[Any], bytes | bytearray | memoryview | str | None]
 
-# Bytes a record adds beyond its key, value and headers (length, attributes, deltas, counts).
-_RECORD_OVERHEAD = 21
-_BATCH_OVERHEAD = 61
+# Bytes a record is charged beyond its key, value and headers (length, attributes, deltas,
+# counts): what ``buffer.memory`` and the size checks count.
+RECORD_OVERHEAD = 21
+BATCH_HEADER_SIZE = 61
+# Records taken from the synchronous facade's hand-over queue per turn of the event loop.
+_INBOX_SLICE = 2048
+# Kafka's limit of in-flight batches per partition for an idempotent producer.
+MAX_IDEMPOTENT_IN_FLIGHT = 5
+_INT32_MAX = 0x7FFFFFFF
+_INT16_MAX = 0x7FFF
+
+# Zigzag varints of small lengths and deltas come from the records package's table: a
+# record is encoded with a few tuple lookups.
+_ZZ = SMALL_VARINTS
+_ZZ_LIMIT = SMALL_VARINT_LIMIT
 
 
-class _Batch:
-    __slots__ = (
-        "attempts",
-        "builder",
-        "created",
-        "data",
-        "deliveries",
-        "not_before",
-        "tp",
-    )
+class BufferExhaustedError(ClientError):
+    """``buffer.memory`` stayed full for ``max.block.ms``."""
 
-    def __init__(self, tp: TopicPartition, builder: BatchBuilder, now: float) -> None:
-        self.tp = tp
-        self.builder = builder
-        self.created = now
-        self.deliveries: list[
-            tuple[asyncio.Future[RecordMetadata], int, DeliveryCallback | None]
-        ] = []
-        self.data: bytes | None = None
-        self.attempts = 0
-        self.not_before = 0.0
 
-    def seal(self) -> bytes:
-        if self.data is None:
-            self.data = self.builder.close()
-        return self.data
+class _Sink(Protocol):
+    """What a record's outcome is delivered to: an asyncio or a concurrent future."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: RecordMetadata) -> None: ...
+    def set_exception(self, exception: BaseException) -> None: ...
+
+
+# One lock behind every DeliveryFuture's condition; see DeliveryFuture.
+_FUTURES_LOCK = threading.RLock()
+_SETTLED = frozenset(
+    {_futures_base.CANCELLED, _futures_base.CANCELLED_AND_NOTIFIED, _futures_base.FINISHED}
+)
+
+
+class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
+    """The ``concurrent.futures.Future`` the synchronous ``send`` returns.
+
+    A plain Future builds a ``threading.Condition`` (a lock and a waiter list) per record,
+    which costs as much as encoding the record. Most delivery futures are never waited on, so
+    this one creates its condition only when a thread waits (``result()``, ``wait()``...),
+    on one shared re-entrant lock; settling a future nobody waits for takes that lock once.
+    Everything else is the standard Future.
+    """
+
+    def __init__(self) -> None:  # no super().__init__(): it would build the condition
+        self._cond: threading.Condition | None = None
+        self._state = _futures_base.PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        # The waiter and callback lists too are made on first use (under the shared lock,
+        # where the standard functions use them): fewer objects per record, less GC work.
+        self._waiter_list: list[Any] | None = None
+        self._callback_list: list[Any] | None = None
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        cond = self._cond
+        if cond is None:
+            with _FUTURES_LOCK:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(_FUTURES_LOCK)
+        return cond
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        waiters = self._waiter_list
+        if waiters is None:
+            with _FUTURES_LOCK:
+                waiters = self._waiter_list
+                if waiters is None:
+                    waiters = self._waiter_list = []
+        return waiters
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        callbacks = self._callback_list
+        if callbacks is None:
+            with _FUTURES_LOCK:
+                callbacks = self._callback_list
+                if callbacks is None:
+                    callbacks = self._callback_list = []
+        return callbacks
+
+    def done(self) -> bool:
+        return self._state in _SETTLED
+
+    def _settle(self, result: Any, exception: BaseException | None) -> None:
+        with _FUTURES_LOCK:
+            if self._state in _SETTLED:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            self._result = result
+            self._exception = exception
+            self._state = _futures_base.FINISHED
+            for waiter in self._waiter_list or ():
+                if exception is None:
+                    waiter.add_result(self)
+                else:
+                    waiter.add_exception(self)
+            if self._cond is not None:
+                self._cond.notify_all()
+        if self._callback_list:
+            self._invoke_callbacks()  # type: ignore[attr-defined]
+
+    def set_result(self, result: RecordMetadata) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._settle(None, exception)
+
+
+class BufferMemory:
+    """``buffer.memory``: bytes reserved by records not yet acknowledged or failed.
+
+    Thread-safe: the synchronous facade reserves from its caller's thread and blocks there;
+    the producer's loop releases. An asyncio caller waits with :meth:`reserve_async`.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._async_waiters: list[asyncio.Future[None]] = []
+
+    def try_reserve(self, size: int) -> bool:
+        with self._lock:
+            # A record larger than the whole buffer may still go alone (Kafka refuses it
+            # earlier, by max.request.size); otherwise it could never be sent.
+            if self.used + size <= self.total or self.used == 0:
+                self.used += size
+                return True
+            return False
+
+    def reserve(self, size: int, timeout: float) -> None:
+        """Reserve ``size`` bytes, waiting at most ``timeout`` seconds for them."""
+        with self._lock:
+            if self.used + size <= self.total or self.used == 0:
+                self.used += size
+                return
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not (self.used + size <= self.total or self.used == 0):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._exhausted(size, timeout)
+                self._cond.wait(left)
+            self.used += size
+
+    async def reserve_async(self, size: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.try_reserve(size):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._exhausted(size, timeout)
+            waiter = asyncio.get_running_loop().create_future()
+            self._async_waiters.append(waiter)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, left)
+
+    def release(self, size: int) -> None:
+        with self._cond:
+            self.used -= size
+            self._cond.notify_all()
+        waiters, self._async_waiters = self._async_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _exhausted(self, size: int, timeout: float) -> BufferExhaustedError:
+        return BufferExhaustedError(
+            f"could not reserve {size} bytes of buffer.memory={self.total} within "
+            f"max.block.ms={int(timeout * 1000)} ({self.used} bytes wait to be sent); "
+            "the broker is slower than the producer or unreachable"
+        )
 
 
 def _as_bytes(name: str, value: Any) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
+    if value is None or type(value) is bytes:
         return value
+    if isinstance(value, bytes):
+        return bytes(value)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8")
-    raise TypeError(f"{name} must be bytes, str or None, got {type(value).__name__}")
+    raise TypeError(
+        f"{name} must be bytes, str or None (or set {name}.serializer), got {type(value).__name__}"
+    )
+
+
+def _encode_headers(headers: Headers) -> bytes:
+    parts = [varlong_bytes(len(headers))]
+    for name, value in headers:
+        encoded = name.encode("utf-8")
+        parts.append(varlong_bytes(len(encoded)))
+        parts.append(encoded)
+        if value is None:
+            parts.append(b"\x01")
+        else:
+            parts.append(varlong_bytes(len(value)))
+            parts.append(value)
+    return b"".join(parts)
+
+
+class _Batch:
+    """One RecordBatch being filled, then sent (and maybe re-sent) until it is settled."""
+
+    __slots__ = (
+        "attempts",
+        "base_seq",
+        "base_ts",
+        "buf",
+        "callbacks",
+        "conn",
+        "count",
+        "created",
+        "data",
+        "epoch",
+        "max_ts",
+        "not_before",
+        "payload",
+        "producer_id",
+        "reserved",
+        "settled",
+        "sinks",
+        "timestamps",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, now: float) -> None:
+        self.tp = tp
+        self.created = now
+        self.buf = bytearray()
+        self.count = 0
+        self.base_ts = 0
+        self.max_ts = 0
+        self.sinks: list[_Sink] = []
+        self.timestamps: list[int] = []
+        self.callbacks: list[DeliveryCallback | None] | None = None
+        self.conn: Any = None  # the connection it was last sent on
+        self.reserved = 0
+        self.settled = False
+        self.attempts = 0
+        self.not_before = 0.0
+        self.payload: bytes | None = None  # the (compressed) records, fixed once sent
+        self.data: bytes | None = None  # header + payload as last sent
+        self.base_seq = -1
+        self.producer_id = -1
+        self.epoch = -1
+
+    @property
+    def size(self) -> int:
+        return BATCH_HEADER_SIZE + len(self.buf)
+
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        sink: _Sink,
+        callback: DeliveryCallback | None,
+        headers: bytes = b"\x00",
+    ) -> None:
+        """Encode one record (``headers`` already encoded) at the end of the batch: length,
+        attributes 0, timestamp delta, offset delta, key, value, headers."""
+        count = self.count
+        if count == 0:
+            self.base_ts = self.max_ts = timestamp
+            ts_part = b"\x00"
+        else:
+            if timestamp > self.max_ts:
+                self.max_ts = timestamp
+            ts_delta = timestamp - self.base_ts
+            ts_part = _ZZ[ts_delta] if 0 <= ts_delta < _ZZ_LIMIT else varlong_bytes(ts_delta)
+        delta_part = _ZZ[count] if count < _ZZ_LIMIT else varlong_bytes(count)
+        if key is None:
+            key_part = b"\x01"
+            length = 2 + len(ts_part) + len(delta_part) + len(headers)
+        else:
+            n = len(key)
+            key_part = (_ZZ[n] if n < _ZZ_LIMIT else varlong_bytes(n)) + key
+            length = 1 + len(ts_part) + len(delta_part) + len(key_part) + len(headers)
+        if value is None:
+            value_part = b"\x01"
+            length += 1
+        else:
+            n = len(value)
+            value_part = _ZZ[n] if n < _ZZ_LIMIT else varlong_bytes(n)
+            length += len(value_part) + n
+        self.buf += b"".join(
+            (
+                _ZZ[length] if length < _ZZ_LIMIT else varlong_bytes(length),
+                b"\x00",
+                ts_part,
+                delta_part,
+                key_part,
+                value_part,
+                value or b"",
+                headers,
+            )
+        )
+        self.count = count + 1
+        self.sinks.append(sink)
+        self.timestamps.append(timestamp)
+        if callback is not None or self.callbacks is not None:
+            if self.callbacks is None:
+                self.callbacks = [None] * count
+            self.callbacks.append(callback)
+
+    def seal(self, compression: Compression, level: int | None) -> None:
+        """Fix the records: compress them once; the buffer is not needed afterwards."""
+        if self.payload is None:
+            if compression is Compression.NONE:
+                self.payload = bytes(self.buf)
+            else:
+                self.payload = compress(compression, self.buf, level)
+            self.buf = bytearray()
+
+    def frame(self, compression: Compression, producer_id: int, epoch: int, seq: int) -> bytes:
+        """The batch as sent: header for these producer fields + payload, CRC computed."""
+        payload = self.payload
+        assert payload is not None
+        if self.data is not None and (producer_id, epoch, seq) == (
+            self.producer_id,
+            self.epoch,
+            self.base_seq,
+        ):
+            return self.data
+        data = seal_batch(
+            payload,
+            record_count=self.count,
+            last_offset_delta=self.count - 1,
+            base_timestamp=self.base_ts,
+            max_timestamp=self.max_ts,
+            compression=compression,
+            precompressed=True,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=seq,
+        )
+        self.producer_id, self.epoch, self.base_seq = producer_id, epoch, seq
+        self.data = data
+        return data
+
+
+class _PartitionState:
+    """Accumulator and sequence bookkeeping of one partition."""
+
+    __slots__ = (
+        "in_flight",
+        "last_acked_seq",
+        "next_seq",
+        "open",
+        "queue",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.open: _Batch | None = None  # still taking records
+        self.queue: deque[_Batch] = deque()  # closed, waiting to be sent (retries first)
+        self.in_flight: list[_Batch] = []  # sent, in sequence order
+        self.next_seq = 0
+        self.last_acked_seq = -1
+
+    def requeue(self, batch: _Batch) -> None:
+        """Put a batch back, before every batch with a higher (or no) sequence."""
+        index = 0
+        for index, other in enumerate(self.queue):  # noqa: B007
+            if other.payload is None or _seq_before(batch.base_seq, other.base_seq):
+                break
+        else:
+            index = len(self.queue)
+        self.queue.insert(index, batch)
+
+
+def _wrap_seq(seq: int) -> int:
+    return seq & _INT32_MAX
+
+
+def _seq_before(a: int, b: int) -> bool:
+    """Whether sequence ``a`` comes before ``b`` (sequences wrap at 2**31)."""
+    return 0 < ((b - a) & _INT32_MAX) < (1 << 30)
 
 
 class AIOProducer:
-    """Produces records; ``config`` takes Kafka's producer property names."""
+    """Produces records; ``config`` takes Kafka's producer property names.
+
+    Use it from one event loop. ``send`` is a plain method that returns an asyncio future;
+    ``send_and_wait`` awaits the acknowledgement; ``flush`` and ``close`` are coroutines.
+    """
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self.config = parse_config("producer", config, **kwargs)
-        if self.config["enable.idempotence"]:
-            raise ConfigError(
-                "enable.idempotence=true is not supported yet; leave it false (the default)"
-            )
-        self.cluster = ClusterClient(self.config)
-        c = self.config
+        self.config = c = parse_config("producer", config, **kwargs)
+        given = {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}
+        self._idempotent = self._check_idempotence(c, "enable.idempotence" in given)
+        self.cluster = ClusterClient(c)
         self._acks: int = c["acks"]
         self._linger = c["linger.ms"] / 1000
         self._batch_size: int = c["batch.size"]
@@ -115,6 +506,7 @@ class AIOProducer:
         self._backoff = c["retry.backoff.ms"] / 1000
         self._delivery_timeout = c["delivery.timeout.ms"] / 1000
         self._request_timeout_ms: int = c["request.timeout.ms"]
+        self._max_block: float = c["max.block.ms"] / 1000
         self._compression = Compression[c["compression.type"].upper()]
         self._level: int | None = {
             Compression.GZIP: c["compression.gzip.level"],
@@ -122,17 +514,65 @@ class AIOProducer:
             Compression.ZSTD: c["compression.zstd.level"],
         }.get(self._compression)
         self._ignore_keys: bool = c["partitioner.ignore.keys"]
+        self._partitioner: PartitionerFn | None = c["partitioner.class"]
+        self._key_serializer: Serializer | None = c["key.serializer"]
+        self._value_serializer: Serializer | None = c["value.serializer"]
+        in_flight = c["max.in.flight.requests.per.connection"]
+        self._max_in_flight = (
+            min(in_flight, MAX_IDEMPOTENT_IN_FLIGHT) if self._idempotent else in_flight
+        )
+        self.buffer = BufferMemory(c["buffer.memory"])
         self._sticky = StickyPartitioner()
-        self._batches: dict[TopicPartition, deque[_Batch]] = defaultdict(deque)
-        self._in_flight: dict[TopicPartition, _Batch] = {}
+        self._sticky_now: dict[str, int] = {}
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._topic_states: dict[str, tuple[TopicInfo, list[_PartitionState]]] = {}
         self._waiting: dict[str, list[tuple[Any, ...]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
+        self._progress: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
+        self._inbox: deque[tuple[Any, ...]] = deque()
+        self._inbox_scheduled = False
         self._flushing = 0
         self._closing = False
         self._closed = False
         self._refreshing = False
+        # Idempotence: the producer id and epoch, and whether sequences must be reset.
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._need_bump = False
+        self._initializing = False
+        self._init_error: ClientError | None = None
+
+    @staticmethod
+    def _check_idempotence(c: Mapping[str, Any], explicit: bool) -> bool:
+        """Kafka's rules: idempotence needs acks=all, retries > 0 and at most 5 requests in
+        flight; set explicitly with other settings it is an error, as a default it is
+        quietly turned off."""
+        if not c["enable.idempotence"]:
+            return False
+        conflicts = []
+        if c["acks"] != -1:
+            conflicts.append("acks must be all")
+        if c["retries"] == 0:
+            conflicts.append("retries must be above 0")
+        if c["max.in.flight.requests.per.connection"] > MAX_IDEMPOTENT_IN_FLIGHT:
+            conflicts.append("max.in.flight.requests.per.connection must be at most 5")
+        if not conflicts:
+            return True
+        if explicit:
+            raise ConfigError("enable.idempotence=true: " + "; ".join(conflicts))
+        return False
+
+    @property
+    def idempotent(self) -> bool:
+        return self._idempotent
+
+    @property
+    def max_block(self) -> float:
+        """``max.block.ms`` in seconds."""
+        return self._max_block
 
     async def __aenter__(self) -> AIOProducer:
         return self
@@ -142,11 +582,48 @@ class AIOProducer:
 
     # -- sending -----------------------------------------------------------------------------
 
+    def prepare(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: HeaderList | None,
+        partition: int | None,
+    ) -> tuple[bytes | None, bytes | None, Headers, int]:
+        """Check and serialize one record; returns key, value, headers and its size in
+        ``buffer.memory`` (safe to call from any thread)."""
+        if self._closing or self._closed:
+            raise ClientClosedError("the producer is closed")
+        if type(topic) is not str or not topic:
+            raise TypeError("topic must be a non-empty str")
+        if self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes("key", key)
+        size = RECORD_OVERHEAD
+        if value is not None:
+            size += len(value)
+        if key is not None:
+            size += len(key)
+        record_headers: Headers = ()
+        if headers:
+            record_headers = tuple(
+                (str(name), _as_bytes(f"header {name!r}", hvalue)) for name, hvalue in headers
+            )
+            size += sum(len(n) + len(v or b"") + 2 for n, v in record_headers)
+        if partition is not None and (type(partition) is not int or partition < 0):
+            raise ValueError(f"partition must be a non-negative int, got {partition!r}")
+        return key, value, record_headers, size
+
     def send(
         self,
         topic: str,
-        value: bytes | str | None = None,
-        key: bytes | str | None = None,
+        value: Any = None,
+        key: Any = None,
         headers: HeaderList | None = None,
         partition: int | None = None,
         timestamp: int | None = None,
@@ -155,66 +632,123 @@ class AIOProducer:
         """Queue one record; the future resolves once the broker acknowledged it.
 
         ``timestamp`` is epoch milliseconds (default: now). ``on_delivery(error, metadata)``
-        is called on the event loop when the record is acknowledged or has failed.
+        is called on the event loop when the record is acknowledged or has failed. When
+        ``buffer.memory`` is full this raises :class:`BufferExhaustedError` at once; await
+        :meth:`send_when_ready` to wait up to ``max.block.ms`` instead.
         """
-        if self._closing or self._closed:
-            raise ClientClosedError("the producer is closed")
-        if not isinstance(topic, str) or not topic:
-            raise TypeError("topic must be a non-empty str")
-        record_key = _as_bytes("key", key)
-        record_value = _as_bytes("value", value)
-        record_headers = tuple(
-            (str(name), _as_bytes(f"header {name!r}", hvalue)) for name, hvalue in headers or ()
+        key, value, record_headers, size = self.prepare(topic, value, key, headers, partition)
+        if not self.buffer.try_reserve(size):
+            raise self.buffer._exhausted(size, 0)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        self.enqueue(
+            topic, key, value, record_headers, partition, timestamp, on_delivery, future, size
         )
-        if partition is not None and (isinstance(partition, bool) or partition < 0):
-            raise ValueError(f"partition must be a non-negative int, got {partition!r}")
+        return future
+
+    async def send_when_ready(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: HeaderList | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Like :meth:`send`, but waits up to ``max.block.ms`` for ``buffer.memory``."""
+        key, value, record_headers, size = self.prepare(topic, value, key, headers, partition)
+        await self.buffer.reserve_async(size, self._max_block)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        try:
+            self.enqueue(
+                topic, key, value, record_headers, partition, timestamp, on_delivery, future, size
+            )
+        except BaseException:
+            self.buffer.release(size)
+            raise
+        return future
+
+    async def send_and_wait(self, topic: str, value: Any = None, **kwargs: Any) -> RecordMetadata:
+        return await (await self.send_when_ready(topic, value, **kwargs))
+
+    def submit_threadsafe(self, loop: asyncio.AbstractEventLoop, item: tuple[Any, ...]) -> None:
+        """Hand a prepared record (the arguments of :meth:`enqueue`) over from another thread.
+
+        Records handed over from one thread are enqueued in order; one loop callback takes
+        every record handed over since the previous one.
+        """
+        inbox = self._inbox
+        inbox.append(item)
+        if not self._inbox_scheduled:
+            self._inbox_scheduled = True
+            loop.call_soon_threadsafe(self._take_inbox)
+        elif len(inbox) > _INBOX_SLICE:
+            # The loop is behind: let it have the GIL now rather than at the end of the
+            # interpreter's switch interval, or its I/O (and every acknowledgement) stalls
+            # while this thread fills the buffer.
+            time.sleep(0)
+
+    def _take_inbox(self) -> None:
+        """Enqueue the records handed over so far, but no more than were there on entry: a
+        thread that keeps sending must not keep the loop from sending what it has."""
+        self._inbox_scheduled = False
+        inbox = self._inbox
+        enqueue = self.enqueue
+        for _ in range(min(len(inbox), _INBOX_SLICE)):
+            item = inbox.popleft()
+            try:
+                enqueue(*item)
+            except BaseException as exc:  # keep going: one bad record fails alone
+                self.buffer.release(item[8])
+                self._resolve(item[7], item[6], ClientError(f"cannot queue the record: {exc!r}"))
+        if inbox and not self._inbox_scheduled and self._loop is not None:
+            # The rest after the loop's other work (responses, the sender) had its turn.
+            self._inbox_scheduled = True
+            self._loop.call_soon(self._take_inbox)
+
+    def enqueue(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        partition: int | None,
+        timestamp: int | None,
+        on_delivery: DeliveryCallback | None,
+        sink: _Sink,
+        size: int,
+    ) -> None:
+        """Append a prepared record whose ``size`` is already reserved (on the loop)."""
+        if self._closed or self._closing:
+            self.buffer.release(size)
+            self._resolve(sink, on_delivery, ClientClosedError("the producer is closed"))
+            return
+        if self._sender is None:
+            self._start(asyncio.get_running_loop())
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[RecordMetadata] = loop.create_future()
-        self._start(loop)
-        size = (
-            _RECORD_OVERHEAD
-            + len(record_key or b"")
-            + len(record_value or b"")
-            + sum(len(n) + len(v or b"") + 2 for n, v in record_headers)
-        )
-        if size + _BATCH_OVERHEAD > self._max_request:
+        if size + BATCH_HEADER_SIZE > self._max_request:
+            self.buffer.release(size)
             self._resolve(
-                future,
+                sink,
                 on_delivery,
                 broker_error(
                     ErrorCode.MESSAGE_TOO_LARGE,
                     f"the record is {size} bytes, above max.request.size={self._max_request}",
                 ),
             )
-            return future
-        item = (
-            topic,
-            record_key,
-            record_value,
-            record_headers,
-            partition,
-            ts,
-            size,
-            future,
-            on_delivery,
-        )
+            return
         info = self.cluster.metadata.topics.get(topic)
         if info is None or topic in self._waiting:
-            self._waiting.setdefault(topic, []).append(item)
-            if len(self._waiting[topic]) == 1:
+            queued = self._waiting.setdefault(topic, [])
+            queued.append((topic, key, value, headers, partition, ts, on_delivery, sink, size))
+            if len(queued) == 1:
                 self._spawn(self._fetch_topic(topic))
-        else:
-            self._append(info, *item)
-        return future
-
-    async def send_and_wait(
-        self, topic: str, value: bytes | str | None = None, **kwargs: Any
-    ) -> RecordMetadata:
-        return await self.send(topic, value, **kwargs)
+            return
+        self._append(info, topic, key, value, headers, partition, ts, on_delivery, sink, size)
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._sender is None:
+            self._loop = loop
             self._wakeup = asyncio.Event()
             self._sender = loop.create_task(self._run_sender())
 
@@ -229,7 +763,7 @@ class AIOProducer:
 
     async def _fetch_topic(self, topic: str) -> None:
         """Wait for ``topic``'s metadata, then append its queued records in order."""
-        deadline = time.monotonic() + self._delivery_timeout
+        deadline = time.monotonic() + self._max_block
         error: ClientError | None = None
         info: TopicInfo | None = None
         while True:
@@ -250,9 +784,14 @@ class AIOProducer:
             await asyncio.sleep(max(self._backoff, 0.05))
         queued = self._waiting.pop(topic, [])
         if info is None or not info.partitions:
-            failure = error or broker_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, context=topic)
+            failure = ClientError(
+                f"no metadata for topic {topic!r} within max.block.ms="
+                f"{int(self._max_block * 1000)}: {error}",
+                code=error.code if error is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
             for item in queued:
-                self._resolve(item[7], item[8], failure)
+                self.buffer.release(item[8])
+                self._resolve(item[7], item[6], failure)
             return
         for item in queued:
             self._append(info, *item)
@@ -263,51 +802,89 @@ class AIOProducer:
         topic: str,
         key: bytes | None,
         value: bytes | None,
-        headers: tuple[tuple[str, bytes | None], ...],
+        headers: Headers,
         partition: int | None,
         timestamp: int,
-        size: int,
-        future: asyncio.Future[RecordMetadata],
         on_delivery: DeliveryCallback | None,
+        sink: _Sink,
+        size: int,
     ) -> None:
         count = len(info.partitions)
-        if partition is not None:
-            if partition >= count:
-                self._resolve(
-                    future,
-                    on_delivery,
-                    broker_error(
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        f"topic {topic!r} has {count} partitions, no partition {partition}",
-                    ),
+        sticky = False
+        if partition is None:
+            if self._partitioner is not None:
+                partition = self._custom_partition(topic, key, value, count)
+            elif key is not None and not self._ignore_keys:
+                partition = partition_for_key(key, count)
+            else:
+                sticky = True
+                partition = self._sticky_now.get(topic)
+                if partition is None or partition >= count:
+                    partition = self._sticky.partition(
+                        topic, count, self.cluster.metadata.available_partitions(topic)
+                    )
+                    self._sticky_now[topic] = partition
+        if not 0 <= partition < count:
+            self.buffer.release(size)
+            self._resolve(
+                sink,
+                on_delivery,
+                broker_error(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has {count} partitions, no partition {partition}",
+                ),
+            )
+            return
+        cached = self._topic_states.get(topic)
+        if cached is None or cached[0] is not info:
+            cached = self._cache_topic(topic, info)
+        state = cached[1][partition]
+        tp = state.tp
+        encoded_headers = _encode_headers(headers) if headers else b"\x00"
+        batch = state.open
+        if batch is not None and len(batch.buf) + BATCH_HEADER_SIZE + size > self._batch_size:
+            # Full: close it for the sender; a keyless record moves to another partition.
+            state.queue.append(batch)
+            state.open = None
+            self._wake()
+            if sticky:
+                self._switch_sticky(tp)
+                self._append(
+                    info, topic, key, value, headers, None, timestamp, on_delivery, sink, size
                 )
                 return
-        elif key is not None and not self._ignore_keys:
-            partition = partition_for_key(key, count)
-        else:
-            partition = self._sticky.partition(
-                topic, count, self.cluster.metadata.available_partitions(topic)
-            )
-        tp = TopicPartition(topic, partition)
-        queue = self._batches[tp]
-        batch = queue[-1] if queue else None
-        if batch is not None and (
-            batch.data is not None or batch.builder.uncompressed_size + size > self._batch_size
-        ):
-            self._sealed_for_sticky(tp)
             batch = None
         if batch is None:
-            builder = BatchBuilder(compression=self._compression, compression_level=self._level)
-            batch = _Batch(tp, builder, time.monotonic())
-            queue.append(batch)
-            if len(queue) == 1:
+            batch = state.open = _Batch(tp, time.monotonic())
+            if not state.queue:
                 self._wake()
-        batch.builder.append(key, value, headers, timestamp=timestamp)
-        batch.deliveries.append((future, timestamp, on_delivery))
-        if batch.builder.uncompressed_size >= self._batch_size:
-            self._wake()
+        batch.add(key, value, timestamp, sink, on_delivery, encoded_headers)
+        batch.reserved += size
 
-    def _sealed_for_sticky(self, tp: TopicPartition) -> None:
+    def _cache_topic(self, topic: str, info: TopicInfo) -> tuple[TopicInfo, list[_PartitionState]]:
+        """The states of every partition of ``topic``, by index, for this metadata."""
+        states = []
+        for partition in range(len(info.partitions)):
+            tp = TopicPartition(topic, partition)
+            state = self._states.get(tp)
+            if state is None:
+                state = self._states[tp] = _PartitionState(tp)
+            states.append(state)
+        cached = self._topic_states[topic] = (info, states)
+        return cached
+
+    def _custom_partition(
+        self, topic: str, key: bytes | None, value: bytes | None, count: int
+    ) -> int:
+        assert self._partitioner is not None
+        chosen = self._partitioner(topic, key, value, count)
+        if type(chosen) is not int:
+            raise TypeError(f"partitioner.class returned {chosen!r}, not a partition number")
+        return chosen
+
+    def _switch_sticky(self, tp: TopicPartition) -> None:
+        if self._sticky_now.get(tp.topic) != tp.partition:
+            return
         info = self.cluster.metadata.topics.get(tp.topic)
         if info is not None:
             self._sticky.batch_sealed(
@@ -316,6 +893,7 @@ class AIOProducer:
                 len(info.partitions),
                 self.cluster.metadata.available_partitions(tp.topic),
             )
+            self._sticky_now[tp.topic] = self._sticky.partition(tp.topic, len(info.partitions), ())
 
     # -- the sender --------------------------------------------------------------------------
 
@@ -323,75 +901,133 @@ class AIOProducer:
         assert self._wakeup is not None
         while True:
             self._wakeup.clear()
-            now = time.monotonic()
-            wait = self._drain(now)
+            wait = self._drain(time.monotonic())
             if self._closing and not self._pending_work():
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), wait)
 
     def _pending_work(self) -> bool:
-        return bool(self._in_flight or self._waiting or any(self._batches.values()))
+        return bool(
+            self._waiting
+            or self._inbox
+            or any(s.open or s.queue or s.in_flight for s in self._states.values())
+        )
+
+    def _any_in_flight(self) -> bool:
+        return any(s.in_flight for s in self._states.values())
+
+    def _expire(self, state: _PartitionState, now: float) -> None:
+        """Fail batches (not in flight) older than ``delivery.timeout.ms``."""
+        limit = self._delivery_timeout
+        while state.queue and now - state.queue[0].created > limit:
+            self._expire_batch(state, state.queue.popleft())
+        if state.open is not None and not state.queue and now - state.open.created > limit:
+            batch, state.open = state.open, None
+            self._expire_batch(state, batch)
+
+    def _expire_batch(self, state: _PartitionState, batch: _Batch) -> None:
+        why = f"; last InitProducerId error: {self._init_error}" if self._init_error else ""
+        self._settle_failed(
+            batch,
+            ClientError(
+                f"{batch.tp}: {batch.count} record(s) not acknowledged within "
+                f"delivery.timeout.ms={int(self._delivery_timeout * 1000)} "
+                f"(sent {batch.attempts + (batch.payload is not None)} time(s)){why}",
+                code=ErrorCode.REQUEST_TIMED_OUT,
+            ),
+        )
 
     def _drain(self, now: float) -> float | None:
         """Send every ready batch; return how long until the next one may be ready."""
         urgent = self._flushing > 0 or self._closing
-        by_leader: dict[int, list[_Batch]] = defaultdict(list)
         next_check: float | None = None
         missing_leader = False
-        for tp, queue in list(self._batches.items()):
-            if not queue:
-                del self._batches[tp]
+        blocked = False
+        if self._idempotent and (self.producer_id < 0 or self._need_bump):
+            # Nothing new goes out until there is a producer id (and, for a bump, until
+            # every request in flight has been answered).
+            blocked = True
+            if not self._initializing and not (self._need_bump and self._any_in_flight()):
+                self._initializing = True
+                self._spawn(self._init_producer_id())
+        by_leader: dict[int, list[list[_Batch]]] = {}
+        for tp, state in list(self._states.items()):
+            self._expire(state, now)
+            if not (state.open or state.queue or state.in_flight):
+                # An idle partition keeps its state: its sequence numbers must go on.
                 continue
-            if tp in self._in_flight:
+            if blocked:
                 continue
-            batch = queue[0]
-            if now - batch.created > self._delivery_timeout:
-                queue.popleft()
-                self._fail(
-                    batch,
-                    ClientError(
-                        f"{tp}: {len(batch.deliveries)} record(s) expired after "
-                        f"delivery.timeout.ms={int(self._delivery_timeout * 1000)}",
-                        code=ErrorCode.REQUEST_TIMED_OUT,
-                    ),
-                )
-                continue
-            ready_at = batch.not_before if batch.attempts else batch.created + self._linger
-            full = len(queue) > 1 or batch.builder.uncompressed_size >= self._batch_size
-            if not (urgent or full) and now < ready_at:
-                next_check = ready_at if next_check is None else min(next_check, ready_at)
-                continue
-            if batch.attempts and now < batch.not_before:
-                next_check = (
-                    batch.not_before if next_check is None else min(next_check, batch.not_before)
-                )
-                continue
-            leader = self.cluster.metadata.leader(tp.topic, tp.partition)
-            if leader is None:
-                missing_leader = True
-                continue
-            queue.popleft()
-            if batch.data is None and not queue:
-                self._sealed_for_sticky(tp)
-            batch.seal()
-            self._in_flight[tp] = batch
-            by_leader[leader].append(batch)
+            rounds = 0
+            while len(state.in_flight) < self._max_in_flight:
+                batch = state.queue[0] if state.queue else state.open
+                if batch is None:
+                    break
+                if batch.attempts:
+                    # A retry: after its backoff, and (idempotent) only as the one batch of
+                    # its partition in flight, so the broker sees sequences in order.
+                    if self._idempotent and state.in_flight:
+                        break
+                    if now < batch.not_before:
+                        next_check = _earliest(next_check, batch.not_before)
+                        break
+                elif batch is state.open:
+                    ready_at = batch.created + self._linger
+                    if not urgent and now < ready_at and batch.size < self._batch_size:
+                        next_check = _earliest(next_check, ready_at)
+                        break
+                leader = self.cluster.metadata.leader(tp.topic, tp.partition)
+                if leader is None:
+                    missing_leader = True
+                    break
+                if batch is state.open:
+                    state.open = None
+                    self._switch_sticky(tp)
+                else:
+                    state.queue.popleft()
+                self._stamp(state, batch)
+                state.in_flight.append(batch)
+                requests = by_leader.setdefault(leader, [])
+                if len(requests) <= rounds:
+                    requests.append([])
+                requests[rounds].append(batch)
+                rounds += 1
         if missing_leader or self.cluster.stale():
             self._refresh_soon()
-            next_check = now + max(self._backoff, 0.05) if next_check is None else next_check
-        for leader, batches in by_leader.items():
-            request: list[_Batch] = []
-            request_size = 0
-            for batch in batches:
-                size = len(batch.seal())
-                if request and request_size + size > self._max_request:
-                    self._spawn(self._produce(leader, request))
-                    request, request_size = [], 0
-                request.append(batch)
-                request_size += size
-            self._spawn(self._produce(leader, request))
+            if next_check is None:
+                next_check = now + max(self._backoff, 0.05)
+        for leader, requests in by_leader.items():
+            for batches in requests:
+                self._send_request(leader, batches)
         return None if next_check is None else max(next_check - now, 0.0)
+
+    def _stamp(self, state: _PartitionState, batch: _Batch) -> None:
+        """Seal a batch and give it its producer fields (a sequence on first send)."""
+        first = batch.payload is None
+        batch.seal(self._compression, self._level)
+        if not self._idempotent:
+            batch.frame(self._compression, -1, -1, -1)
+            return
+        if first or batch.producer_id != self.producer_id or batch.epoch != self.producer_epoch:
+            seq = state.next_seq
+            state.next_seq = _wrap_seq(seq + batch.count)
+        else:
+            seq = batch.base_seq
+        batch.frame(self._compression, self.producer_id, self.producer_epoch, seq)
+
+    def _send_request(self, leader: int, batches: list[_Batch]) -> None:
+        request: list[_Batch] = []
+        request_size = 0
+        for batch in batches:
+            assert batch.data is not None
+            size = len(batch.data)
+            if request and request_size + size > self._max_request:
+                self._spawn(self._produce(leader, request))
+                request, request_size = [], 0
+            request.append(batch)
+            request_size += size
+        self._spawn(self._produce(leader, request))
 
     def _refresh_soon(self) -> None:
         if self._refreshing or self._closed:
@@ -400,8 +1036,7 @@ class AIOProducer:
 
         async def refresh() -> None:
             try:
-                topics = {tp.topic for tp in self._batches} | {tp.topic for tp in self._in_flight}
-                await self.cluster.refresh(topics or None)
+                await self.cluster.refresh({tp.topic for tp in self._states} or None)
             except ClientError as exc:
                 log.debug("metadata refresh failed: %s", exc)
                 await asyncio.sleep(max(self._backoff, 0.05))
@@ -411,9 +1046,116 @@ class AIOProducer:
 
         self._spawn(refresh())
 
+    async def _init_producer_id(self) -> None:
+        """InitProducerId until it succeeds: first time, or to bump the epoch (KIP-360)."""
+        try:
+            while not self._closed:
+                bump = self.producer_id >= 0 and self.producer_epoch < _INT16_MAX - 1
+                try:
+                    conn = await self._some_broker()
+                    version = conn.version(ApiKey.INIT_PRODUCER_ID)
+                    pid, epoch = (
+                        (self.producer_id, self.producer_epoch)
+                        if bump and version >= 3
+                        else (-1, -1)
+                    )
+                    response = await conn.call(
+                        ApiKey.INIT_PRODUCER_ID,
+                        {
+                            "transactional_id": None,
+                            "transaction_timeout": 60_000,
+                            "producer_id": pid,
+                            "producer_epoch": epoch,
+                        },
+                    )
+                    code = ErrorCode.from_wire(int(response.error_code))
+                    if code is not ErrorCode.NONE:
+                        raise broker_error(code, context="InitProducerId")
+                except BrokerConnectionError as exc:
+                    self._init_error = exc
+                except ClientError as exc:
+                    self._init_error = exc
+                    log.warning("InitProducerId failed: %s", exc)
+                else:
+                    self._set_producer(int(response.producer_id), int(response.producer_epoch))
+                    return
+                await asyncio.sleep(max(self._backoff, 0.05))
+        finally:
+            self._initializing = False
+            self._wake()
+
+    async def _some_broker(self) -> Connection:
+        """The connection to a known broker. (Metadata first, so that this never opens a
+        second bootstrap connection next to a refresh's.)"""
+        if not self.cluster.metadata.brokers:
+            await self.cluster.refresh([])
+        brokers = sorted(self.cluster.metadata.brokers)
+        if not brokers:
+            raise BrokerConnectionError("the cluster metadata lists no broker")
+        return await self.cluster.connection(brokers[0])
+
+    def _set_producer(self, producer_id: int, epoch: int) -> None:
+        """A new producer id or epoch: every partition starts again at sequence 0; the
+        batches not acknowledged get new sequences, in their order, when (re)sent."""
+        log.debug(
+            "producer id %d epoch %d (was %d/%d)",
+            producer_id,
+            epoch,
+            self.producer_id,
+            self.producer_epoch,
+        )
+        self.producer_id, self.producer_epoch = producer_id, epoch
+        self._need_bump = False
+        self._init_error = None
+        for state in self._states.values():
+            state.next_seq = 0
+            state.last_acked_seq = -1
+
+    def _held_back(self, conn: Any, batches: list[_Batch]) -> list[_Batch]:
+        """The batches that must not go out on ``conn`` now, because an earlier batch of their
+        partition is waiting to be re-sent or in flight on a connection since lost: the broker
+        would see them first (and it accepts any sequence from a producer it does not know
+        yet). They are re-queued and follow the earlier ones."""
+        held = []
+        for batch in batches:
+            state = self._states.get(batch.tp)
+            if state is None:
+                continue
+            if any(
+                b.payload is not None
+                and b.epoch == batch.epoch
+                and _seq_before(b.base_seq, batch.base_seq)
+                for b in state.queue
+            ):
+                held.append(batch)
+                continue
+            for earlier in state.in_flight:
+                if earlier is batch:
+                    break
+                if earlier.conn is not conn and earlier.conn is not None:
+                    held.append(batch)
+                    break
+        return held
+
     async def _produce(self, leader: int, batches: list[_Batch]) -> None:
+        topic_ids: dict[str, Any] = {}
         try:
             conn = await self.cluster.connection(leader)
+            if self._idempotent:
+                held = self._held_back(conn, batches)
+                if held:
+                    wait = ClientError(
+                        "sent after the partition's earlier batches",
+                        code=ErrorCode.NETWORK_EXCEPTION,
+                    )
+                    for b in held:
+                        self._on_error(b, wait)
+                    batches = [b for b in batches if b not in held]
+                    if not batches:
+                        self._wake()
+                        return
+            for b in batches:
+                b.conn = conn
             version = conn.version(ApiKey.PRODUCE)
             topic_ids = {b.tp.topic: self.cluster.metadata.topic_id(b.tp.topic) for b in batches}
             if version >= 13 and None in topic_ids.values():
@@ -439,92 +1181,154 @@ class AIOProducer:
                 raise
         except ClientError as exc:
             for b in batches:
-                self._retry_or_fail(b, exc)
+                self._on_error(b, exc)
             self._wake()
             return
         except Exception as exc:  # a bug must not leave futures hanging forever
             for b in batches:
-                self._fail(b, ClientError(f"producing failed: {exc!r}"))
+                self._settle_failed(b, ClientError(f"producing failed: {exc!r}"))
+            self._wake()
             raise
         if response is None:
             for b in batches:
-                self._complete(b, -1, -1)
+                self._on_success(b, -1, -1)
             self._wake()
             return
         answered: dict[TopicPartition, Any] = {}
         for t in response.responses:
             name = getattr(t, "name", None)
             if name is None:
-                name = next(
-                    (n for n, tid in topic_ids.items() if tid == getattr(t, "topic_id", None)), ""
-                )
+                tid = getattr(t, "topic_id", None)
+                name = next((n for n, i in topic_ids.items() if i == tid), "")
             for p in t.partition_responses:
                 answered[TopicPartition(name, int(p.index))] = p
         for b in batches:
             p = answered.get(b.tp)
             if p is None:
-                self._retry_or_fail(
+                self._on_error(
                     b, broker_error(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the partition")
                 )
                 continue
             code = ErrorCode.from_wire(int(p.error_code))
-            if code is ErrorCode.NONE:
+            if code is ErrorCode.NONE or code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 append_time = p.log_append_time
-                self._complete(
+                self._on_success(
                     b,
                     int(p.base_offset),
                     -1 if append_time is None else epoch_millis(append_time),
                 )
             else:
-                self._retry_or_fail(
+                self._on_error(
                     b, broker_error(code, getattr(p, "error_message", None), context=str(b.tp))
                 )
         self._wake()
 
-    def _retry_or_fail(self, batch: _Batch, error: ClientError) -> None:
-        self._in_flight.pop(batch.tp, None)
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def _on_success(self, batch: _Batch, base_offset: int, append_time: int) -> None:
+        state = self._states.get(batch.tp)
+        if state is not None:
+            with contextlib.suppress(ValueError):
+                state.in_flight.remove(batch)
+            if self._idempotent and batch.producer_id == self.producer_id:
+                last = _wrap_seq(batch.base_seq + batch.count - 1)
+                if batch.epoch == self.producer_epoch:
+                    state.last_acked_seq = last
+        self.buffer.release(batch.reserved)
+        batch.reserved = 0
+        topic, partition = batch.tp
+        timestamps = batch.timestamps
+        if append_time >= 0:
+            timestamps = [append_time] * batch.count
+        offsets: Iterable[int] = (
+            range(base_offset, base_offset + batch.count)
+            if base_offset >= 0
+            else [-1] * batch.count
+        )
+        # RecordMetadata(...) through tuple.__new__: the NamedTuple constructor is a Python
+        # function, and this runs once per record.
+        new = tuple.__new__
+        results = [
+            new(RecordMetadata, (topic, partition, offset, ts))
+            for offset, ts in zip(offsets, timestamps, strict=True)
+        ]
+        _settle_all(batch.sinks, results)
+        self._settled(batch)
+        callbacks = batch.callbacks
+        if callbacks is not None:
+            for callback, md in zip(callbacks, results, strict=True):
+                self._callback(callback, None, md)
+
+    def _on_error(self, batch: _Batch, error: ClientError) -> None:
+        """A sent batch was refused or got no answer: retry it, or fail it."""
+        state = self._states.get(batch.tp)
+        if state is None:  # the producer was closed meanwhile
+            self._settle_failed(batch, error)
+            return
+        with contextlib.suppress(ValueError):
+            state.in_flight.remove(batch)
+        code = error.code
         now = time.monotonic()
+        retry = error.retriable
+        if self._idempotent:
+            if code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+                # An earlier batch is unacknowledged (lost on the way or being retried): this
+                # one is re-sent after it. If it *is* the next expected sequence the broker
+                # lost our state: bump the epoch and re-send under it.
+                expected = _wrap_seq(state.last_acked_seq + 1)
+                retry = True
+                if batch.base_seq == expected and batch.epoch == self.producer_epoch:
+                    self._need_bump = True
+            elif code in (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH):
+                retry = True
+                if batch.epoch == self.producer_epoch:
+                    self._need_bump = True
         if (
-            error.retriable
+            retry
             and batch.attempts < self._retries
             and now - batch.created < self._delivery_timeout
             and not self._closed
         ):
             batch.attempts += 1
             batch.not_before = now + self._backoff
-            self._batches[batch.tp].appendleft(batch)
-            if error.code in STALE_METADATA_CODES or isinstance(error, BrokerConnectionError):
+            state.requeue(batch)
+            if code in STALE_METADATA_CODES or isinstance(error, BrokerConnectionError):
                 self._refresh_soon()
             return
+        self._settle_failed(batch, error)
+
+    def _settle_failed(self, batch: _Batch, error: ClientError) -> None:
+        state = self._states.get(batch.tp)
+        if state is not None:
+            with contextlib.suppress(ValueError):
+                state.in_flight.remove(batch)
+        if self._idempotent and batch.payload is not None and batch.epoch == self.producer_epoch:
+            # Its sequence may or may not have been written: the next batches cannot follow
+            # it safely, so the sequences start over under a new epoch.
+            self._need_bump = True
         self._fail(batch, error)
 
-    def _complete(self, batch: _Batch, base_offset: int, append_time: int) -> None:
-        self._in_flight.pop(batch.tp, None)
-        topic, partition = batch.tp
-        for i, (future, ts, callback) in enumerate(batch.deliveries):
-            md = RecordMetadata(
-                topic,
-                partition,
-                base_offset + i if base_offset >= 0 else -1,
-                append_time if append_time >= 0 else ts,
-            )
-            if not future.done():
-                future.set_result(md)
-            self._callback(callback, None, md)
-
     def _fail(self, batch: _Batch, error: ClientError) -> None:
-        self._in_flight.pop(batch.tp, None)
-        for future, _, callback in batch.deliveries:
-            self._resolve(future, callback, error)
+        self.buffer.release(batch.reserved)
+        batch.reserved = 0
+        for sink in batch.sinks:
+            if not sink.done():
+                with contextlib.suppress(Exception):  # a caller cancelled its future
+                    sink.set_exception(error)
+        self._settled(batch)
+        if batch.callbacks is not None:
+            for callback in batch.callbacks:
+                self._callback(callback, error, None)
 
-    def _resolve(
-        self,
-        future: asyncio.Future[RecordMetadata],
-        callback: DeliveryCallback | None,
-        error: ClientError,
-    ) -> None:
-        if not future.done():
-            future.set_exception(error)
+    def _settled(self, batch: _Batch) -> None:
+        batch.settled = True
+        if self._progress is not None:
+            self._progress.set()
+
+    def _resolve(self, sink: _Sink, callback: DeliveryCallback | None, error: ClientError) -> None:
+        if not sink.done():
+            with contextlib.suppress(Exception):
+                sink.set_exception(error)
         self._callback(callback, error, None)
 
     @staticmethod
@@ -540,44 +1344,65 @@ class AIOProducer:
 
     # -- flush and close ---------------------------------------------------------------------
 
-    def _outstanding(self) -> list[asyncio.Future[RecordMetadata]]:
-        futures = [f for q in self._batches.values() for b in q for f, _, _ in b.deliveries]
-        futures += [f for b in self._in_flight.values() for f, _, _ in b.deliveries]
-        futures += [item[7] for items in self._waiting.values() for item in items]
-        return [f for f in futures if not f.done()]
+    def _unsettled(self) -> tuple[list[_Batch], list[_Sink]]:
+        batches = [
+            batch
+            for state in self._states.values()
+            for batch in (state.open, *state.queue, *state.in_flight)
+            if batch is not None
+        ]
+        sinks = [item[7] for items in self._waiting.values() for item in items]
+        return batches, sinks
 
     async def flush(self, timeout: float | None = None) -> int:
-        """Send everything queued now and wait for the answers; returns how many are still
-        outstanding (0 unless ``timeout`` seconds passed first)."""
-        pending = self._outstanding()
-        if not pending:
+        """Send everything queued now and wait for the answers; returns how many records are
+        still outstanding (0 unless ``timeout`` seconds passed first)."""
+        while self._inbox:
+            self._take_inbox()
+        batches, sinks = self._unsettled()
+        if not batches and not sinks:
             return 0
+        if self._progress is None:
+            self._progress = asyncio.Event()
         self._flushing += 1
         self._wake()
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            _, not_done = await asyncio.wait(pending, timeout=timeout)
+            while True:
+                batches = [b for b in batches if not b.settled]
+                # Records still waiting for their topic's metadata: checked one by one (few).
+                sinks = [s for s in sinks if not s.done()]
+                left = None if deadline is None else deadline - time.monotonic()
+                if not (batches or sinks) or (left is not None and left <= 0):
+                    break
+                self._progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._progress.wait(), min(left or 0.05, 0.05))
         finally:
             self._flushing -= 1
-        return len(not_done)
+        return sum(b.count for b in batches) + len(sinks)
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush (at most ``timeout`` seconds), then fail what is left and disconnect."""
         if self._closed:
             return
+        while self._inbox:
+            self._take_inbox()
         self._closing = True
         await self.flush(timeout)
         self._closed = True
         self._wake()
         leftover = ClientClosedError("the producer was closed before the record was sent")
-        for queue in self._batches.values():
-            for batch in queue:
-                self._fail(batch, leftover)
-        self._batches.clear()
-        for batch in list(self._in_flight.values()):
-            self._fail(batch, leftover)
+        for state in self._states.values():
+            for batch in (state.open, *state.queue, *state.in_flight):
+                if batch is not None:
+                    self._fail(batch, leftover)
+        self._states.clear()
+        self._topic_states.clear()
         for items in self._waiting.values():
             for item in items:
-                self._resolve(item[7], item[8], leftover)
+                self.buffer.release(item[8])
+                self._resolve(item[7], item[6], leftover)
         self._waiting.clear()
         tasks = list(self._tasks)
         if self._sender is not None:
@@ -586,3 +1411,32 @@ class AIOProducer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.cluster.close()
+
+
+def _settle_all(sinks: list[_Sink], results: list[RecordMetadata]) -> None:
+    """Give every sink its result: DeliveryFutures nobody waits on or watches, under one
+    lock acquisition; the others one by one."""
+    rest = []
+    finished = _futures_base.FINISHED
+    pending = _futures_base.PENDING
+    with _FUTURES_LOCK:
+        for sink, result in zip(sinks, results, strict=True):
+            if (
+                type(sink) is DeliveryFuture
+                and sink._state == pending
+                and sink._cond is None
+                and not sink._waiter_list
+                and not sink._callback_list
+            ):
+                sink._result = result
+                sink._state = finished
+            else:
+                rest.append((sink, result))
+    for sink, result in rest:
+        if not sink.done():
+            with contextlib.suppress(Exception):  # a caller cancelled its future
+                sink.set_result(result)
+
+
+def _earliest(current: float | None, candidate: float) -> float:
+    return candidate if current is None or candidate < current else current

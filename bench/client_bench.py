@@ -1,0 +1,221 @@
+"""Tidelog's Python client against confluent-kafka (librdkafka), same broker, same run.
+
+    bench/client_bench.py                         # starts `tidelog serve` on a free port
+    bench/client_bench.py --bootstrap-server H:P  # an already running broker
+    bench/client_bench.py --quick                 # smaller counts
+
+Producer section: each client sends ``--messages`` values of ``--record-size`` bytes (default
+100 B, no key) to a fresh topic of ``--partitions`` partitions, as fast as its ``send`` /
+``produce`` accepts them, with acks=all, idempotence on, linger.ms 5 and batch.size 1 MB for
+both; the clock stops when ``flush()`` returns (the broker acknowledged the last record). The
+two clients alternate for ``--rounds`` rounds and the best round of each is reported, so that
+neither is judged on a moment when the machine was busy elsewhere.
+
+Sections are entries of ``SECTIONS``: a function taking the bench context and returning a
+dict of figures; more (the consumer) are added there. The last line of output is one JSON
+object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Context:
+    bootstrap: str
+    messages: int
+    record_size: int
+    partitions: int
+    rounds: int
+    errors: list[str] = field(default_factory=list)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_broker(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    tidelog = Path(sys.executable).parent / "tidelog"
+    command = [str(tidelog), "serve", "--port", str(port), "--data-dir", str(data_dir)]
+    log = (data_dir.parent / "broker.log").open("wb")
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    bootstrap = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tidelog serve exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, bootstrap
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("tidelog serve did not listen within 30 s")
+
+
+def create_topic(bootstrap: str, partitions: int) -> str:
+    from tidelog.client import Admin, NewTopic
+
+    name = f"client-bench-{uuid.uuid4().hex[:8]}"
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    return name
+
+
+# -- producer ----------------------------------------------------------------------------------
+
+
+def produce_tidelog(ctx: Context, topic: str) -> float:
+    from tidelog.client import Producer
+
+    value = os.urandom(ctx.record_size)
+    config = {
+        "bootstrap.servers": ctx.bootstrap,
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "buffer.memory": max(64 << 20, ctx.messages * (ctx.record_size + 64)),
+    }
+    with Producer(config) as producer:
+        producer.send(topic, b"warm-up").result()  # connections and metadata are ready
+        send = producer.send
+        start = time.perf_counter()
+        futures = [send(topic, value) for _ in range(ctx.messages)]
+        left = producer.flush(120)
+        elapsed = time.perf_counter() - start
+    failed = left + sum(1 for f in futures if f.exception() is not None)
+    if failed:
+        ctx.errors.append(f"tidelog producer: {failed} records not delivered")
+    return ctx.messages / elapsed
+
+
+def produce_confluent(ctx: Context, topic: str) -> float:
+    from confluent_kafka import Producer
+
+    value = os.urandom(ctx.record_size)
+    failed = 0
+
+    def delivered(error: Any, _: Any) -> None:
+        nonlocal failed
+        if error is not None:
+            failed += 1
+
+    producer = Producer(
+        {
+            "bootstrap.servers": ctx.bootstrap,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "acks": "all",
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": max(ctx.messages + 10, 100_000),
+            "queue.buffering.max.kbytes": 2_097_151,
+            "on_delivery": delivered,
+        }
+    )
+    producer.produce(topic, b"warm-up")
+    producer.flush(30)
+    produce = producer.produce
+    poll = producer.poll
+    start = time.perf_counter()
+    for i in range(ctx.messages):
+        produce(topic, value)
+        if i % 10_000 == 0:
+            poll(0)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if left or failed:
+        ctx.errors.append(f"confluent-kafka producer: {left + failed} records not delivered")
+    return ctx.messages / elapsed
+
+
+def producer_section(ctx: Context) -> dict[str, Any]:
+    best = {"tidelog": 0.0, "confluent-kafka": 0.0}
+    for round_number in range(1, ctx.rounds + 1):
+        for name, run in (("confluent-kafka", produce_confluent), ("tidelog", produce_tidelog)):
+            rate = run(ctx, create_topic(ctx.bootstrap, ctx.partitions))
+            print(f"  round {round_number} {name:16} {rate:12,.0f} msg/s", flush=True)
+            best[name] = max(best[name], rate)
+    ratio = best["tidelog"] / best["confluent-kafka"] if best["confluent-kafka"] else 0.0
+    mb = ctx.record_size / 1e6
+    print(
+        f"producer, {ctx.record_size} B records: tidelog {best['tidelog']:,.0f} msg/s "
+        f"({best['tidelog'] * mb:.1f} MB/s), confluent-kafka {best['confluent-kafka']:,.0f} "
+        f"msg/s ({best['confluent-kafka'] * mb:.1f} MB/s), ratio {ratio:.2f}x",
+        flush=True,
+    )
+    return {
+        "tidelog_msg_per_s": round(best["tidelog"]),
+        "confluent_kafka_msg_per_s": round(best["confluent-kafka"]),
+        "ratio": round(ratio, 3),
+        "record_size": ctx.record_size,
+        "messages": ctx.messages,
+    }
+
+
+SECTIONS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "producer": producer_section,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bootstrap-server", help="use this broker instead of starting one")
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--record-size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="50,000 messages, one round")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.rounds = 50_000, 1
+    workdir: Path | None = None
+    broker: subprocess.Popen[bytes] | None = None
+    try:
+        if args.bootstrap_server:
+            bootstrap = args.bootstrap_server
+        else:
+            workdir = Path(tempfile.mkdtemp(prefix="client-bench-"))
+            (workdir / "data").mkdir()
+            broker, bootstrap = start_broker(workdir / "data")
+        ctx = Context(bootstrap, args.messages, args.record_size, args.partitions, args.rounds)
+        results: dict[str, Any] = {"bootstrap": bootstrap}
+        for name in args.sections.split(","):
+            if name not in SECTIONS:
+                parser.error(f"unknown section {name!r}; known: {', '.join(SECTIONS)}")
+            print(f"== {name}", flush=True)
+            results[name] = SECTIONS[name](ctx)
+        results["errors"] = ctx.errors
+        print(json.dumps(results))
+        return 1 if ctx.errors else 0
+    finally:
+        if broker is not None:
+            broker.send_signal(signal.SIGTERM)
+            try:
+                broker.wait(15)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

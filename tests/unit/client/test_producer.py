@@ -1,0 +1,687 @@
+"""The producer's accumulator, back-pressure, partitioning and idempotent sequencing.
+
+The broker here is a fake cluster in memory (:class:`FakeCluster`): it keeps each partition's
+log, applies Kafka's idempotent-producer rules (duplicates of the last five batches answered
+with their original offsets, sequence gaps -> OUT_OF_ORDER_SEQUENCE_NUMBER, stale epoch ->
+INVALID_PRODUCER_EPOCH, unknown producers accepted at any sequence) and can be told to lose a
+request before or after applying it, to answer with an error, or to answer requests out of
+order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidelog.client import ClientError, ConfigError, Producer
+from tidelog.client.aio import AIOProducer
+from tidelog.client.aio.producer import (
+    BufferExhaustedError,
+    BufferMemory,
+    DeliveryFuture,
+    _Batch,
+)
+from tidelog.client.cluster import BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo
+from tidelog.client.errors import BrokerConnectionError
+from tidelog.client.partitioner import partition_for_key
+from tidelog.client.types import TopicPartition
+from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.records import BatchBuilder, Compression, decode_records, parse_header
+
+# -- the record encoder ----------------------------------------------------------------------
+
+
+record_st = st.tuples(
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.one_of(st.none(), st.binary(max_size=20_000)),
+    st.lists(
+        st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=3
+    ),
+    st.integers(-(2**40), 2**40),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_st, min_size=1, max_size=30), base=st.integers(0, 2**42))
+def test_batch_bytes_equal_the_records_builder(
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
+    base: int,
+) -> None:
+    """The producer's own per-record encoder writes the very bytes BatchBuilder writes."""
+    from tidelog.client.aio.producer import _encode_headers
+
+    ours = _Batch(TopicPartition("t", 0), 0.0)
+    reference = BatchBuilder(producer_id=7, producer_epoch=3, base_sequence=11)
+    for key, value, headers, delta in records:
+        ts = base + delta
+        ours.add(
+            key,
+            value,
+            ts,
+            DeliveryFuture(),
+            None,
+            _encode_headers(tuple(headers)) if headers else b"\x00",
+        )
+        reference.append(key, value, headers, timestamp=ts)
+    ours.seal(Compression.NONE, None)
+    assert ours.frame(Compression.NONE, 7, 3, 11) == reference.close()
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_compressed_batches_decode(codec: Compression) -> None:
+    batch = _Batch(TopicPartition("t", 0), 0.0)
+    values = [bytes([i]) * (i * 7) for i in range(50)]
+    for i, value in enumerate(values):
+        batch.add(str(i).encode(), value, 1000 + i, DeliveryFuture(), None)
+    batch.seal(codec, None)
+    data = batch.frame(codec, 1, 0, 5)
+    header = parse_header(data)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (1, 0, 5)
+    decoded = decode_records(data)
+    assert [r.value for r in decoded] == values
+    assert [r.key for r in decoded] == [str(i).encode() for i in range(50)]
+    assert [r.timestamp for r in decoded] == [1000 + i for i in range(50)]
+
+
+def test_restamping_changes_only_the_producer_fields() -> None:
+    batch = _Batch(TopicPartition("t", 0), 0.0)
+    batch.add(b"k", b"v", 5, DeliveryFuture(), None)
+    batch.seal(Compression.GZIP, None)
+    first = batch.frame(Compression.GZIP, 9, 0, 40)
+    again = batch.frame(Compression.GZIP, 9, 1, 0)
+    assert first[61:] == again[61:]
+    assert decode_records(again)[0].value == b"v"  # the CRC was recomputed
+    assert parse_header(again).producer_epoch == 1
+
+
+# -- a fake cluster ----------------------------------------------------------------------------
+
+
+class FakeBroker:
+    """Partition logs with Kafka's idempotence checks; ``fault`` decides each request's fate."""
+
+    def __init__(self, partitions: int = 3) -> None:
+        self.partitions = partitions
+        self.logs: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        # partition -> producer id -> (epoch, [(first_seq, last_seq, base_offset)] last 5)
+        self.state: dict[int, dict[int, tuple[int, list[tuple[int, int, int]]]]] = {
+            p: {} for p in range(partitions)
+        }
+        self.next_pid = 1000
+        self.requests = 0
+        self.init_calls: list[tuple[int, int]] = []
+        # fault(request_index) -> "ok" | "lose-before" | "lose-after" | ErrorCode | "slow"
+        self.fault: Callable[[int], Any] = lambda i: "ok"
+        self.refusing: ErrorCode | None = None
+        # True: an error fate answers one request only (tests of one error); False: every
+        # request until the client refreshes its metadata (a leader that moved).
+        self.refuse_once = True
+
+    def init_producer_id(self, pid: int, epoch: int) -> Any:
+        self.init_calls.append((pid, epoch))
+        if pid >= 0:
+            new = (pid, epoch + 1)
+        else:
+            self.next_pid += 1
+            new = (self.next_pid, 0)
+        return SimpleNamespace(error_code=0, producer_id=new[0], producer_epoch=new[1])
+
+    def append(self, partition: int, data: bytes) -> tuple[ErrorCode, int]:
+        h = parse_header(data)
+        log = self.logs[partition]
+        if h.producer_id < 0:
+            log.append(data)
+            return ErrorCode.NONE, len(log) - 1
+        first, last = h.base_sequence, h.base_sequence + h.record_count - 1
+        entry = self.state[partition].get(h.producer_id)
+        if entry is not None:
+            epoch, batches = entry
+            if h.producer_epoch < epoch:
+                return ErrorCode.INVALID_PRODUCER_EPOCH, -1
+            if h.producer_epoch == epoch:
+                for f, l_, offset in batches:
+                    if (f, l_) == (first, last):
+                        return ErrorCode.NONE, offset
+                if first != batches[-1][1] + 1:
+                    return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+            elif first != 0:
+                return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+            else:
+                batches = []
+        else:
+            batches = []
+        offset = sum(parse_header(b).record_count for b in log)
+        log.append(data)
+        batches = [*batches, (first, last, offset)][-5:]
+        self.state[partition][h.producer_id] = (h.producer_epoch, batches)
+        return ErrorCode.NONE, offset
+
+    def values(self, partition: int) -> list[bytes | None]:
+        return [r.value for data in self.logs[partition] for r in decode_records(data)]
+
+
+class FakeConnection:
+    """One connection: requests are applied in the order they are sent, as a Kafka broker
+    does per connection; once lost, every later request on it fails unapplied."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        self.broker = broker
+        self.usable = True
+
+    def version(self, api_key: int) -> int:
+        return 9 if api_key == ApiKey.PRODUCE else 4
+
+    async def call(self, api_key: int, values: Any, **kwargs: Any) -> Any:
+        broker = self.broker
+        if not self.usable:
+            raise BrokerConnectionError("connection closed")
+        if api_key == ApiKey.INIT_PRODUCER_ID:
+            return broker.init_producer_id(values["producer_id"], values["producer_epoch"])
+        assert api_key == ApiKey.PRODUCE
+        index = broker.requests
+        broker.requests += 1
+        fate = broker.fault(index)
+        if fate == "lose-before":
+            self.usable = False
+            raise BrokerConnectionError("lost before the broker read it")
+        if isinstance(fate, ErrorCode):
+            # The leader moved away until the client looks at the metadata again.
+            broker.refusing = fate
+        answers = []
+        for topic in values["topic_data"]:
+            parts = []
+            for p in topic["partition_data"]:
+                if broker.refusing is not None:
+                    code, offset = broker.refusing, -1
+                else:
+                    code, offset = broker.append(p["index"], p["records"])
+                parts.append(
+                    SimpleNamespace(
+                        index=p["index"],
+                        error_code=int(code),
+                        base_offset=offset,
+                        log_append_time=None,
+                        error_message=None,
+                    )
+                )
+            answers.append(SimpleNamespace(name=topic["name"], partition_responses=parts))
+        if broker.refusing is not None and broker.refuse_once:
+            broker.refusing = None
+        # "slow": answered after requests sent later (applied in order all the same).
+        await asyncio.sleep(0.003 if fate == "slow" else 0)
+        if fate == "lose-after":
+            self.usable = False
+        if not self.usable:
+            raise BrokerConnectionError("lost after the broker wrote it")
+        return SimpleNamespace(responses=answers)
+
+
+class FakeCluster:
+    def __init__(self, broker: FakeBroker, topic: str = "t") -> None:
+        self.broker = broker
+        self.conn = FakeConnection(broker)
+        parts = tuple(PartitionInfo(topic, p, 1, 0, (1,), (1,)) for p in range(broker.partitions))
+        self.metadata = ClusterMetadata(
+            cluster_id="fake",
+            controller_id=1,
+            brokers={1: BrokerInfo(1, "fake", 1)},
+            topics={topic: TopicInfo(topic, None, False, parts)},
+        )
+
+    async def connection(self, node_id: int) -> FakeConnection:
+        if not self.conn.usable:
+            self.conn = FakeConnection(self.broker)
+        return self.conn
+
+    async def refresh(self, *args: Any, **kwargs: Any) -> dict[str, ErrorCode]:
+        self.broker.refusing = None
+        return {}
+
+    def stale(self) -> bool:
+        return False
+
+    async def forget(self, conn: Any) -> None:
+        conn.usable = False
+
+    async def close(self) -> None:
+        pass
+
+
+def make_producer(broker: FakeBroker, **config: Any) -> AIOProducer:
+    settings_ = {
+        "bootstrap.servers": "fake:1",
+        "linger.ms": 0,
+        "retry.backoff.ms": 0,
+        **config,
+    }
+    producer = AIOProducer(settings_)
+    producer.cluster = FakeCluster(broker)  # type: ignore[assignment]
+    return producer
+
+
+# -- sequencing --------------------------------------------------------------------------------
+
+FATES = st.sampled_from(
+    ["ok", "ok", "ok", "slow", "lose-before", "lose-after", ErrorCode.NOT_LEADER_OR_FOLLOWER]
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fates=st.lists(FATES, min_size=1, max_size=60), count=st.integers(1, 300))
+def test_idempotent_stream_survives_lost_duplicated_and_reordered_answers(
+    fates: list[Any], count: int
+) -> None:
+    """Whatever happens to requests and answers, each partition's log holds every record once,
+    in send order, and every future reports the offset the record has in that log."""
+    broker = FakeBroker()
+    broker.refuse_once = False
+    broker.fault = lambda i: fates[i] if i < len(fates) else "ok"
+
+    async def run() -> list[Any]:
+        producer = make_producer(broker, **{"batch.size": 300})
+        futures = []
+        for i in range(count):
+            futures.append(producer.send("t", f"{i}".encode(), key=f"k{i % 7}".encode()))
+            if i % 25 == 0:
+                await asyncio.sleep(0)
+        await producer.flush()
+        results = [f.result() for f in futures]
+        await producer.close()
+        return results
+
+    results = asyncio.run(run())
+    expected: dict[int, list[bytes]] = {p: [] for p in range(3)}
+    for i in range(count):
+        expected[partition_for_key(f"k{i % 7}".encode(), 3)].append(f"{i}".encode())
+    for p in range(3):
+        assert broker.values(p) == expected[p]
+    for i, md in enumerate(results):
+        assert md.partition == partition_for_key(f"k{i % 7}".encode(), 3)
+        assert broker.values(md.partition)[md.offset] == f"{i}".encode()
+
+
+def test_up_to_five_batches_in_flight_per_partition() -> None:
+    broker = FakeBroker(partitions=1)
+    seen: list[int] = []
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"batch.size": 100, "linger.ms": 50})
+        original = FakeConnection.call
+
+        async def call(self: FakeConnection, api_key: int, values: Any, **kw: Any) -> Any:
+            if api_key == ApiKey.PRODUCE:
+                seen.append(len(producer._states[TopicPartition("t", 0)].in_flight))
+                await asyncio.sleep(0.01)
+            return await original(self, api_key, values, **kw)
+
+        producer.cluster.conn.call = call.__get__(producer.cluster.conn)  # type: ignore[attr-defined]
+        futures = [producer.send("t", b"x" * 60, partition=0) for _ in range(40)]
+        await producer.flush()
+        assert all(f.result().offset == i for i, f in enumerate(futures))
+        await producer.close()
+
+    asyncio.run(run())
+    assert max(seen) == 5
+    assert broker.values(0) == [b"x" * 60] * 40
+
+
+def test_sequence_numbers_continue_per_partition() -> None:
+    broker = FakeBroker(partitions=2)
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"batch.size": 200})
+        for i in range(30):
+            producer.send("t", b"%d" % i, partition=i % 2)
+        await producer.flush()
+        await producer.close()
+
+    asyncio.run(run())
+    for p in range(2):
+        headers = [parse_header(b) for b in broker.logs[p]]
+        seq = 0
+        for h in headers:
+            assert h.producer_id == 1001 and h.producer_epoch == 0
+            assert h.base_sequence == seq
+            seq += h.record_count
+        assert seq == 15
+
+
+def test_sequences_go_on_after_a_partition_was_idle() -> None:
+    """A partition with nothing pending keeps its next sequence: starting again at 0 would
+    look like a repeat of an earlier batch to the broker, which would drop it as a duplicate."""
+    broker = FakeBroker(partitions=1)
+
+    async def run() -> None:
+        producer = make_producer(broker)
+        for i in range(4):
+            md = await producer.send("t", b"%d" % i, partition=0)
+            assert md.offset == i
+            await asyncio.sleep(0.01)  # the sender runs with nothing pending
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.values(0) == [b"0", b"1", b"2", b"3"]
+    assert [parse_header(b).base_sequence for b in broker.logs[0]] == [0, 1, 2, 3]
+
+
+def test_out_of_order_for_the_next_sequence_bumps_the_epoch_and_resends() -> None:
+    """The broker lost our state (OUT_OF_ORDER for the very batch it expects): the producer
+    bumps its epoch, restarts at sequence 0 and delivers everything."""
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER if i == 1 else "ok"
+
+    async def run() -> None:
+        producer = make_producer(broker)
+        first = producer.send("t", b"a", partition=0)
+        await first
+        second = producer.send("t", b"b", partition=0)
+        assert (await second).offset == 1
+        assert producer.producer_epoch == 1
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.init_calls == [(-1, -1), (1001, 0)]
+    last = parse_header(broker.logs[0][-1])
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
+    assert broker.values(0) == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.INVALID_PRODUCER_EPOCH])
+def test_producer_id_errors_bump_the_epoch(code: ErrorCode) -> None:
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: code if i == 0 else "ok"
+
+    async def run() -> None:
+        producer = make_producer(broker)
+        assert (await producer.send("t", b"a", partition=0)).offset == 0
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.init_calls == [(-1, -1), (1001, 0)]
+    assert broker.values(0) == [b"a"]
+
+
+def test_a_failed_sent_batch_resets_the_sequences() -> None:
+    """A batch that fails for good leaves a gap in the sequences; the producer bumps its epoch
+    so that the next batches do not stall behind it."""
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: ErrorCode.INVALID_RECORD if i == 1 else "ok"
+
+    async def run() -> None:
+        producer = make_producer(broker)
+        assert (await producer.send("t", b"a", partition=0)).offset == 0
+        with pytest.raises(ClientError) as info:
+            await producer.send("t", b"bad", partition=0)
+        assert info.value.code is ErrorCode.INVALID_RECORD
+        assert (await producer.send("t", b"good", partition=0)).offset == 1
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.values(0) == [b"a", b"good"]
+    last = parse_header(broker.logs[0][-1])
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
+
+
+def test_duplicate_sequence_number_counts_as_success() -> None:
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: ErrorCode.DUPLICATE_SEQUENCE_NUMBER if i == 0 else "ok"
+
+    async def run() -> None:
+        producer = make_producer(broker)
+        await producer.send("t", b"a", partition=0)
+        await producer.close()
+
+    asyncio.run(run())
+
+
+def test_delivery_timeout_fails_with_a_clear_error() -> None:
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    async def run() -> None:
+        producer = make_producer(
+            broker, **{"delivery.timeout.ms": 80, "retry.backoff.ms": 5, "request.timeout.ms": 50}
+        )
+        future = producer.send("t", b"a", partition=0)
+        with pytest.raises(ClientError, match=r"delivery\.timeout\.ms=80") as info:
+            await future
+        assert info.value.code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.values(0) == []
+
+
+def test_retries_bound_the_resends() -> None:
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    async def run() -> None:
+        producer = make_producer(broker, retries=2, **{"enable.idempotence": False, "acks": 1})
+        with pytest.raises(ClientError) as info:
+            await producer.send("t", b"a", partition=0)
+        assert info.value.code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.requests == 3
+
+
+def test_non_idempotent_batches_carry_no_producer_id() -> None:
+    broker = FakeBroker(partitions=1)
+
+    async def run() -> None:
+        producer = make_producer(broker, acks=1)
+        assert not producer.idempotent  # idempotence is a default, quietly off with acks=1
+        await producer.send("t", b"a", partition=0)
+        await producer.close()
+
+    asyncio.run(run())
+    assert broker.init_calls == []
+    assert parse_header(broker.logs[0][0]).producer_id == -1
+
+
+def test_explicit_idempotence_with_conflicting_settings_is_refused() -> None:
+    with pytest.raises(ConfigError, match="acks must be all"):
+        AIOProducer({"bootstrap.servers": "x:1", "enable.idempotence": True, "acks": 1})
+    with pytest.raises(ConfigError, match="at most 5"):
+        AIOProducer(
+            {
+                "bootstrap.servers": "x:1",
+                "enable.idempotence": "true",
+                "max.in.flight.requests.per.connection": 6,
+            }
+        )
+    assert AIOProducer({"bootstrap.servers": "x:1"}).idempotent
+
+
+# -- accumulator -----------------------------------------------------------------------------
+
+
+def test_batches_respect_batch_size_and_linger() -> None:
+    broker = FakeBroker(partitions=1)
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"batch.size": 1000, "linger.ms": 30_000})
+        futures = [producer.send("t", b"v" * 100, partition=0) for _ in range(25)]
+        await asyncio.sleep(0.05)
+        # Full batches left at once; the last, partly filled one lingers.
+        full = len(broker.logs[0])
+        assert full >= 2 and all(f.done() for f in futures[: full * 7])
+        assert not futures[-1].done()
+        assert await producer.flush() == 0
+        assert futures[-1].done()
+        await producer.close()
+
+    asyncio.run(run())
+    sizes = [len(b) for b in broker.logs[0]]
+    assert max(sizes) <= 1000
+    assert sum(parse_header(b).record_count for b in broker.logs[0]) == 25
+
+
+def test_sticky_partition_moves_when_a_batch_is_full() -> None:
+    broker = FakeBroker(partitions=4)
+
+    async def run() -> list[int]:
+        producer = make_producer(broker, **{"batch.size": 500, "linger.ms": 30_000})
+        futures = [producer.send("t", b"v" * 100) for _ in range(40)]
+        await producer.flush()
+        partitions = [(await f).partition for f in futures]
+        await producer.close()
+        return partitions
+
+    partitions = asyncio.run(run())
+    runs = [partitions[0]]
+    for p in partitions[1:]:
+        if p != runs[-1]:
+            runs.append(p)
+    # Records stay on one partition for a whole batch (4 records of ~121 bytes fit in 500),
+    # and each switch goes to another partition.
+    assert len(runs) >= 5
+    for p in set(partitions):
+        assert partitions.count(p) >= 3
+    for a, b in itertools.pairwise(runs):
+        assert a != b
+
+
+def test_custom_partitioner_and_serializers() -> None:
+    broker = FakeBroker(partitions=3)
+    calls: list[tuple[str, bytes | None, bytes | None, int]] = []
+
+    def partitioner(topic: str, key: bytes | None, value: bytes | None, n: int) -> int:
+        calls.append((topic, key, value, n))
+        return len(value or b"") % n
+
+    async def run() -> None:
+        producer = make_producer(
+            broker,
+            **{
+                "partitioner.class": partitioner,
+                "key.serializer": lambda k: str(k).encode(),
+                "value.serializer": lambda v: v.upper(),
+            },
+        )
+        md = await producer.send("t", "abcd", key=42)
+        assert md.partition == 4 % 3
+        await producer.close()
+
+    asyncio.run(run())
+    assert calls == [("t", b"42", b"ABCD", 3)]
+    assert broker.values(1) == [b"ABCD"]
+
+
+def test_keys_go_where_the_java_client_puts_them() -> None:
+    broker = FakeBroker(partitions=3)
+
+    async def run() -> None:
+        producer = make_producer(broker)
+        for i in range(30):
+            md = await producer.send("t", b"v", key=b"key-%d" % i)
+            assert md.partition == partition_for_key(b"key-%d" % i, 3)
+        await producer.close()
+
+    asyncio.run(run())
+
+
+# -- back-pressure -----------------------------------------------------------------------------
+
+
+def test_buffer_memory_blocks_then_raises() -> None:
+    memory = BufferMemory(1000)
+    memory.reserve(900, 1)
+    with pytest.raises(BufferExhaustedError, match=r"max\.block\.ms=50"):
+        memory.reserve(200, 0.05)
+    assert memory.used == 900
+    released = threading.Timer(0.02, memory.release, (900,))
+    released.start()
+    memory.reserve(200, 5)  # unblocked by the release
+    released.join()
+    assert memory.used == 200
+
+
+def test_buffer_memory_admits_one_oversized_record_when_empty() -> None:
+    memory = BufferMemory(100)
+    assert memory.try_reserve(500)
+    assert not memory.try_reserve(1)
+
+
+def test_buffer_memory_async_waiter_is_woken() -> None:
+    async def run() -> None:
+        memory = BufferMemory(100)
+        assert memory.try_reserve(100)
+        asyncio.get_running_loop().call_later(0.01, memory.release, 100)
+        await memory.reserve_async(50, 5)
+        assert memory.used == 50
+
+    asyncio.run(run())
+
+
+def test_sync_send_blocks_on_a_full_buffer_and_raises_after_max_block() -> None:
+    """Nothing is ever acknowledged (no broker): once buffer.memory is used up, send waits
+    max.block.ms and then raises, and the records already queued are not lost from view."""
+    producer = Producer(
+        {
+            "bootstrap.servers": "127.0.0.1:9",  # nothing listens there
+            "buffer.memory": 2000,
+            "max.block.ms": 100,
+            "socket.connection.setup.timeout.ms": 100,
+            "delivery.timeout.ms": 60_000,
+        }
+    )
+    try:
+        sent = [producer.send("t", b"x" * 100) for _ in range(16)]
+        with pytest.raises(BufferExhaustedError, match=r"buffer\.memory=2000"):
+            for _ in range(10):
+                producer.send("t", b"x" * 100)
+        assert not any(f.done() for f in sent)
+    finally:
+        producer.close(timeout=0)
+    for future in sent:
+        with pytest.raises(ClientError):
+            future.result(timeout=5)
+
+
+# -- DeliveryFuture --------------------------------------------------------------------------
+
+
+def test_delivery_future_behaves_like_a_future() -> None:
+    future = DeliveryFuture()
+    seen: list[Any] = []
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    waiter = concurrent.futures.ThreadPoolExecutor(1).submit(future.result, 5)
+    time.sleep(0.01)
+    future.set_result(42)  # type: ignore[arg-type]
+    assert waiter.result(5) == 42
+    assert seen == [42]
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        future.set_result(1)  # type: ignore[arg-type]
+    failed = DeliveryFuture()
+    done, _ = concurrent.futures.wait([failed, future], timeout=0)
+    assert done == {future}
+    failed.set_exception(ValueError("x"))
+    assert isinstance(failed.exception(), ValueError)
+    cancelled = DeliveryFuture()
+    assert cancelled.cancel() and cancelled.cancelled()
+
+
+def test_many_threads_wait_on_delivery_futures() -> None:
+    futures = [DeliveryFuture() for _ in range(200)]
+    rng = random.Random(5)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        waits = [pool.submit(f.result, 10) for f in futures]
+        order = list(range(200))
+        rng.shuffle(order)
+        for i in order:
+            futures[i].set_result(i)  # type: ignore[arg-type]
+        assert [w.result(10) for w in waits] == list(range(200))
