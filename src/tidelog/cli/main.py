@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from tidelog import __version__
-from tidelog.cli import configs, consume, dump_log, groups, produce, serve, topics
+from tidelog.cli import agent, configs, consume, dump_log, groups, perf, produce, serve, topics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parser(commands)
     groups.add_parser(commands)
     dump_log.add_parser(commands)
+    perf.add_parser(commands)
+    agent.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,322 @@
+"""Durable-acknowledgement latency and throughput of the agent, with baselines.
+
+    .venv/bin/python bench/agent_bench.py [--events N] [--bootstrap HOST:PORT]
+
+Starts a `tidelog serve` (unless --bootstrap is given) and an agent on temporary directories,
+then times 100-byte events:
+
+* in-process ``Agent.send`` with 1 and 8 sending threads (each call returns once durable);
+* in-process ``Agent.send_many`` (1000 events per call);
+* over the Unix socket to a ``tidelog agent`` daemon process: ``AgentClient.send`` with 1 and 8 client threads, and pipelined
+  ``AgentClient.send_many`` (1000 in flight, one write) from 1 and 8 clients;
+* baselines: confluent-kafka ``produce()`` + ``flush()`` per event with acks=all against the
+  same broker, and ``os.write`` + ``os.fdatasync`` per event on the same disk.
+
+Latency is per call (per event for one-event calls); p50/p99/p99.9 in microseconds. The last
+line is JSON with every figure. Figures, never pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tidelog.agent import Agent, AgentClient, AgentError
+
+VALUE = b"v" * 100
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    tidelog = str(Path(sys.executable).parent / "tidelog")
+    log = (workdir / "broker.log").open("wb")
+    proc = subprocess.Popen(
+        [tidelog, "serve", "--port", str(port), "--data-dir", str(workdir / "broker")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the broker did not start")
+
+
+def start_daemon(workdir: Path, bootstrap: str) -> subprocess.Popen[bytes]:
+    """`tidelog agent` in its own process, as applications would use it."""
+    sock = workdir / "agent.sock"
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "tidelog"),
+            "agent",
+            "--bootstrap-server",
+            bootstrap,
+            "--data-dir",
+            str(workdir / "daemon"),
+            "--socket",
+            str(sock),
+            "--log-level",
+            "WARNING",
+        ]
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            AgentClient(sock).close()
+            return proc
+        except AgentError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("the agent daemon did not start")
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {"p50_us": 0.0, "p99_us": 0.0, "p999_us": 0.0}
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6, 1)
+
+    return {"p50_us": at(0.5), "p99_us": at(0.99), "p999_us": at(0.999)}
+
+
+def run_threads(threads: int, per_thread: int, work: Callable[[int, list[float]], None]) -> Any:
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    workers = [
+        threading.Thread(target=work, args=(per_thread, latencies[i])) for i in range(threads)
+    ]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    merged = [x for lat in latencies for x in lat]
+    return threads * per_thread / elapsed, merged
+
+
+def bench_single_calls(
+    name: str, threads: int, events: int, send: Callable[[], object]
+) -> dict[str, Any]:
+    def work(n: int, lat: list[float]) -> None:
+        clock = time.perf_counter
+        for _ in range(n):
+            t = clock()
+            send()
+            lat.append(clock() - t)
+
+    rate, samples = run_threads(threads, events // threads, work)
+    return {"name": name, "threads": threads, "events_per_s": round(rate), **percentiles(samples)}
+
+
+def bench_batches(
+    name: str, threads: int, events: int, batch: int, send_batch: Callable[[int], object]
+) -> dict[str, Any]:
+    def work(n: int, lat: list[float]) -> None:
+        clock = time.perf_counter
+        for _ in range(max(1, n // batch)):
+            t = clock()
+            send_batch(batch)
+            lat.append(clock() - t)
+
+    rate, samples = run_threads(threads, events // threads, work)
+    return {
+        "name": name,
+        "threads": threads,
+        "events_per_s": round(rate),
+        "per_call_events": batch,
+        **percentiles(samples),
+    }
+
+
+def bench_fdatasync(workdir: Path, events: int) -> dict[str, Any]:
+    fd = os.open(workdir / "plain.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+    try:
+
+        def send() -> None:
+            os.write(fd, VALUE)
+            os.fdatasync(fd)
+
+        return bench_single_calls("os.write+fdatasync per event", 1, events, send)
+    finally:
+        os.close(fd)
+
+
+def bench_confluent(bootstrap: str, topic: str, events: int) -> dict[str, Any] | None:
+    try:
+        from confluent_kafka import Producer
+    except ImportError:
+        return None
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 0}
+    )
+    producer.produce(topic, VALUE)
+    producer.flush(30)
+
+    def send() -> None:
+        producer.produce(topic, VALUE)
+        producer.flush(30)
+
+    return bench_single_calls("confluent-kafka produce+flush, acks=all", 1, events, send)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    args = parser.parse_args()
+    events = args.events
+    with tempfile.TemporaryDirectory(prefix="agent-bench-", dir=os.getcwd()) as tmp:
+        workdir = Path(tmp)
+        broker = None
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            broker, bootstrap = start_broker(workdir)
+        results: list[dict[str, Any]] = [bench_fdatasync(workdir, min(events, 5000))]
+        try:
+            agent = Agent({"bootstrap.servers": bootstrap, "data.dir": str(workdir / "agent")})
+            daemon = start_daemon(workdir, bootstrap)
+            try:
+                topic = "bench"
+                agent.send(topic, VALUE)  # metadata and queue warm-up
+                results.append(
+                    bench_single_calls(
+                        "in-process send", 1, events, lambda: agent.send(topic, VALUE)
+                    )
+                )
+                results.append(
+                    bench_single_calls(
+                        "in-process send", 8, events, lambda: agent.send(topic, VALUE)
+                    )
+                )
+                many = [(None, VALUE)] * 1000
+                results.append(
+                    bench_batches(
+                        "in-process send_many",
+                        1,
+                        events * 5,
+                        1000,
+                        lambda n: agent.send_many(topic, many[:n]),
+                    )
+                )
+                results.append(
+                    bench_batches(
+                        "in-process send_many",
+                        8,
+                        events * 5,
+                        1000,
+                        lambda n: agent.send_many(topic, many[:n]),
+                    )
+                )
+                local = threading.local()
+
+                def client() -> AgentClient:
+                    c: AgentClient | None = getattr(local, "client", None)
+                    if c is None:
+                        c = AgentClient(workdir / "agent.sock")
+                        local.client = c
+                    return c
+
+                results.append(
+                    bench_single_calls(
+                        "socket send", 1, events, lambda: client().send(topic, VALUE)
+                    )
+                )
+                results.append(
+                    bench_single_calls(
+                        "socket send", 8, events, lambda: client().send(topic, VALUE)
+                    )
+                )
+
+                pipelines: list[list[Any]] = []
+
+                def drain_pipelines() -> None:
+                    for inflight in pipelines:
+                        while inflight:
+                            inflight.pop(0).result(60)
+
+                def pipelined(n: int) -> None:
+                    # Four windows of n in flight: the next ones are sent while the
+                    # oldest waits for its group commit.
+                    c = client()
+                    inflight = getattr(local, "inflight", None)
+                    if inflight is None:
+                        inflight = local.inflight = []
+                        pipelines.append(inflight)
+                    inflight.append(c.submit_many(topic, many[:n]))
+                    while len(inflight) > 3:
+                        inflight.pop(0).result(60)
+
+                results.append(bench_batches("socket pipelined", 1, events * 5, 1000, pipelined))
+                drain_pipelines()
+                results.append(bench_batches("socket pipelined", 8, events * 5, 1000, pipelined))
+                drain_pipelines()
+                drained = agent.flush(120)
+                deadline = time.monotonic() + 120
+                while any(q["depth"] for q in client().status()["queues"]):
+                    if time.monotonic() > deadline:
+                        drained = False
+                        break
+                    time.sleep(0.1)
+                status = agent.status() + client().status()["queues"]
+            finally:
+                daemon.terminate()
+                daemon.wait(30)
+                agent.close()
+            confluent = bench_confluent(bootstrap, "bench-confluent", min(events, 5000))
+            if confluent is not None:
+                results.append(confluent)
+        finally:
+            if broker is not None:
+                broker.terminate()
+                broker.wait(30)
+    print(
+        f"{'scenario':44} {'thr':>3} {'events/s':>10} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9}"
+    )
+    for r in results:
+        name = r["name"] + (f" ({r['per_call_events']}/call)" if "per_call_events" in r else "")
+        print(
+            f"{name:44} {r['threads']:>3} {r['events_per_s']:>10} {r['p50_us']:>9} "
+            f"{r['p99_us']:>9} {r['p999_us']:>9}"
+        )
+    delivered = sum(s["delivered"] for s in status)
+    fsyncs = sum(s["fsyncs"] for s in status)
+    print(f"agent delivered {delivered} events to the broker (drained: {drained}); {fsyncs} fsyncs")
+    print(
+        json.dumps(
+            {
+                "bench": "agent",
+                "value_bytes": len(VALUE),
+                "results": results,
+                "delivered": delivered,
+                "fsyncs": fsyncs,
+                "cpu_count": os.cpu_count(),
+                "python": sys.version.split()[0],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,585 @@
+"""The agent: durable local acknowledgement, delivery to the cluster afterwards, exactly once.
+
+``data.dir`` layout::
+
+    agent.lock              flock'ed while an agent runs on the directory
+    topics.json             partition count per topic last seen (used while the cluster is away)
+    queues/<topic>-<p>/     one disk queue per topic-partition (:mod:`tidelog.agent.queue`)
+
+Threads: callers append from their own threads (:meth:`Agent.send`) or from the event loop
+(:meth:`Agent.submit`, used by the socket server); each queue's syncer thread runs the group
+commits; one background thread runs the asyncio loop with the metadata cache
+(:class:`~tidelog.client.cluster.ClusterClient`), the senders (:mod:`tidelog.agent.sender`) and,
+in the daemon, the socket server.
+
+Partitioning is the client's: ``murmur2(key) % partitions`` like the Java client, sticky for
+events without a key (the partition changes after ``batch.size`` bytes). The partition count of
+a topic comes from metadata (refreshed every ``metadata.max.age.ms``, and after errors;
+partitions added to a topic are used from then on) and is remembered in ``topics.json`` so that
+a restarted agent accepts events for known topics while the cluster is unreachable. An event
+for a topic the agent has never seen waits (up to ``max.block.ms``) for metadata; with
+``allow.auto.create.topics`` the metadata request asks the broker to create the topic.
+Queues found on disk at start are opened and delivered before anything else happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
+from tidelog.agent.event import Headers, encode_body
+from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn
+from tidelog.agent.sender import Sender
+from tidelog.client.cluster import ClusterClient
+from tidelog.client.config import parse_config
+from tidelog.client.errors import ClientError, ConfigError
+from tidelog.client.partitioner import StickyPartitioner, partition_for_key
+
+_log = logging.getLogger(__name__)
+
+
+class EventId(NamedTuple):
+    """Where an event sits in the agent: its queue and its entry number there."""
+
+    topic: str
+    partition: int
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}/{self.number}"
+
+    @classmethod
+    def parse(cls, text: str) -> EventId:
+        topic, _, rest = text.rpartition("/")
+        topic, _, partition = topic.rpartition("/")
+        try:
+            return cls(topic, int(partition), int(rest))
+        except ValueError:
+            raise AgentError(f"{text!r} is not an event id (topic/partition/number)") from None
+
+
+class Delivery(NamedTuple):
+    """What the agent knows of an event: ``state`` is pending, delivered, dropped or unknown;
+    ``offset`` is its offset in the partition when known (else -1)."""
+
+    state: str
+    offset: int
+
+
+DeliveryCallback = Callable[[EventId, int], None]
+
+
+def _policy(name: str, value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in POLICIES:
+        raise ConfigError(f"{name}: expected one of {', '.join(POLICIES)}, got {value!r}")
+    return text
+
+
+def _int(name: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
+    if number <= 0:
+        raise ConfigError(f"{name}: must be positive, got {number}")
+    return number
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+    return text == "true"
+
+
+# The agent's own keys; every other key is a producer key of tidelog.client.config.
+AGENT_KEYS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
+    "data.dir": (None, lambda n, v: str(v)),
+    "queue.max.bytes": (1 << 30, _int),
+    "queue.full.policy": ("block", _policy),
+    "queue.segment.bytes": (16 * 1024 * 1024, _int),
+    "retry.backoff.max.ms": (1000, _int),
+    "max.block.ms": (60_000, _int),
+    "allow.auto.create.topics": (True, _bool),
+}
+
+
+def parse_agent_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    own: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in AGENT_KEYS:
+            own[key] = AGENT_KEYS[key][1](key, value)
+        else:
+            rest[key] = value
+    for key, (default, _) in AGENT_KEYS.items():
+        own.setdefault(key, default)
+    if not own["data.dir"]:
+        raise ConfigError("data.dir is required")
+    client = parse_config("producer", rest)
+    return {**client, **own}
+
+
+@dataclass(slots=True)
+class _Partitions:
+    count: int
+    available: tuple[int, ...]
+
+
+class Agent:
+    """The reliable event agent, in-process. See the module docstring."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        fsync: FsyncFn = os.fdatasync,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        self.config = parse_agent_config(config)
+        self.data_dir = Path(self.config["data.dir"])
+        (self.data_dir / "queues").mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.data_dir / "agent.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise AgentError(f"another agent runs on {self.data_dir}") from None
+        self._fsync = fsync
+        self.on_delivery = on_delivery
+        self._lock = threading.Lock()
+        self._topics: dict[str, _Partitions] = self._load_topics()
+        self._queues: dict[tuple[str, int], DiskQueue] = {}
+        self._senders: dict[tuple[str, int], Sender] = {}
+        self._sticky = StickyPartitioner()
+        self._sticky_bytes: dict[str, int] = {}
+        self._closed = False
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="tidelog-agent", daemon=True)
+        self._thread.start()
+        self.cluster: ClusterClient = self._call(self._make_cluster())
+        self._refresher = asyncio.run_coroutine_threadsafe(self._refresh_loop(), self.loop)
+        for path in sorted((self.data_dir / "queues").iterdir()):
+            topic, _, partition = path.name.rpartition("-")
+            if path.is_dir() and topic and partition.isdigit():
+                self._queue(topic, int(partition))
+
+    # ------------------------------------------------------------------ loop plumbing
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _make_cluster(self) -> ClusterClient:
+        return ClusterClient(parse_config("producer", self._client_config()))
+
+    def _client_config(self) -> dict[str, Any]:
+        keys = (
+            "bootstrap.servers",
+            "client.id",
+            "request.timeout.ms",
+            "metadata.max.age.ms",
+            "retry.backoff.ms",
+            "socket.connection.setup.timeout.ms",
+            "max.in.flight.requests.per.connection",
+            "receive.message.max.bytes",
+        )
+        values = {k: self.config[k] for k in keys}
+        values["bootstrap.servers"] = ",".join(
+            f"{host}:{port}" for host, port in self.config["bootstrap.servers"]
+        )
+        return values
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    # ------------------------------------------------------------------ topics
+
+    def _load_topics(self) -> dict[str, _Partitions]:
+        path = self.data_dir / "topics.json"
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            _log.warning("ignoring unreadable %s: %s", path, exc)
+            return {}
+        topics = {}
+        for name, count in raw.items():
+            if isinstance(name, str) and isinstance(count, int) and count > 0:
+                topics[name] = _Partitions(count, tuple(range(count)))
+        return topics
+
+    def _save_topics(self) -> None:
+        path = self.data_dir / "topics.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({n: p.count for n, p in sorted(self._topics.items())}))
+        os.replace(tmp, path)
+
+    def _learn(self, topic: str) -> None:
+        info = self.cluster.metadata.topics.get(topic)
+        if info is None or not info.partitions:
+            return
+        count = len(info.partitions)
+        available = tuple(p.partition for p in info.partitions if p.leader >= 0)
+        known = self._topics.get(topic)
+        # Kafka never shrinks a topic; a smaller answer is a stale broker.
+        if known is None or count >= known.count:
+            self._topics[topic] = _Partitions(count, available)
+            if known is None or count != known.count:
+                if known is not None:
+                    _log.info("topic %s grew from %d to %d partitions", topic, known.count, count)
+                self._save_topics()
+
+    async def refresh_topic(self, topic: str) -> None:
+        try:
+            await self.cluster.refresh(
+                [topic], allow_auto_create=self.config["allow.auto.create.topics"]
+            )
+        except ClientError as exc:
+            _log.debug("metadata refresh failed: %s", exc)
+            return
+        self._learn(topic)
+
+    async def _refresh_loop(self) -> None:
+        period = self.config["metadata.max.age.ms"] / 1000
+        while not self._closed:
+            await asyncio.sleep(period)
+            topics = list(self._topics)
+            if not topics:
+                continue
+            try:
+                await self.cluster.refresh(topics)
+            except ClientError as exc:
+                _log.debug("periodic metadata refresh failed: %s", exc)
+                continue
+            for topic in topics:
+                self._learn(topic)
+
+    async def _wait_topic(self, topic: str) -> _Partitions:
+        deadline = time.monotonic() + self.config["max.block.ms"] / 1000
+        delay = 0.05
+        while True:
+            known = self._topics.get(topic)
+            if known is not None:
+                return known
+            await self.refresh_topic(topic)
+            known = self._topics.get(topic)
+            if known is not None:
+                return known
+            if time.monotonic() + delay > deadline:
+                raise AgentError(
+                    f"topic {topic!r} is not known to the cluster after "
+                    f"{self.config['max.block.ms']} ms (max.block.ms)"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    # ------------------------------------------------------------------ queues
+
+    def _queue(self, topic: str, partition: int) -> DiskQueue:
+        key = (topic, partition)
+        queue = self._queues.get(key)
+        if queue is not None:
+            return queue
+        with self._lock:
+            queue = self._queues.get(key)
+            if queue is not None:
+                return queue
+            if self._closed:
+                raise AgentClosedError("the agent is closed")
+            queue = DiskQueue.open(
+                self.data_dir / "queues" / f"{topic}-{partition}",
+                segment_bytes=self.config["queue.segment.bytes"],
+                max_bytes=self.config["queue.max.bytes"],
+                policy=self.config["queue.full.policy"],
+                max_entry_bytes=self.config["max.request.size"],
+                fsync=self._fsync,
+            )
+            known = self._topics.get(topic)
+            if known is None or known.count <= partition:
+                self._topics[topic] = _Partitions(partition + 1, tuple(range(partition + 1)))
+            sender = Sender(self, queue, topic, partition)
+            self._senders[key] = sender
+            loop = self.loop
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(sender.wake)
+
+            queue.on_durable = wake
+            # Not waited for: the caller may be the loop itself.
+            loop.call_soon_threadsafe(sender.start)
+            self._queues[key] = queue
+        return queue
+
+    def _partition(self, topic: str, parts: _Partitions, key: bytes | None, size: int) -> int:
+        if key is not None and not self.config["partitioner.ignore.keys"]:
+            return partition_for_key(key, parts.count)
+        with self._lock:
+            partition = self._sticky.partition(topic, parts.count, parts.available)
+            total = self._sticky_bytes.get(topic, 0) + size
+            if total >= self.config["batch.size"]:
+                self._sticky.batch_sealed(topic, partition, parts.count, parts.available)
+                total = 0
+            self._sticky_bytes[topic] = total
+        return partition
+
+    def _partitions_sync(self, topic: str) -> _Partitions:
+        known = self._topics.get(topic)
+        if known is not None:
+            return known
+        if threading.current_thread() is self._thread:
+            raise AgentError("Agent.send cannot be called from the agent's own loop")
+        result: _Partitions = self._call(self._wait_topic(topic))
+        return result
+
+    # ------------------------------------------------------------------ sending
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> EventId:
+        """Store one event durably in its partition's queue; returns once it is on disk.
+
+        ``on_delivery(event_id, offset)`` runs (on the agent's thread) once the broker has
+        acknowledged it (offset -1 when a resend after a crash found it already there).
+
+        :raises QueueFullError: the queue is at ``queue.max.bytes`` with policy ``reject``.
+        """
+        if self._closed:
+            raise AgentClosedError("the agent is closed")
+        body = encode_body(
+            key, value, headers, int(time.time() * 1000) if timestamp is None else timestamp
+        )
+        if partition is None:
+            partition = self._partition(topic, self._partitions_sync(topic), key, len(body))
+        queue = self._queue(topic, partition)
+        if on_delivery is None:
+            number = queue.append([body])
+        else:
+            number = self._append_with_callback(topic, partition, queue, [body], on_delivery)
+        return EventId(topic, partition, number)
+
+    def send_many(
+        self,
+        topic: str,
+        events: Sequence[tuple[bytes | None, bytes | None]],
+        *,
+        partition: int | None = None,
+    ) -> list[EventId]:
+        """Store several (key, value) events with one group commit per partition."""
+        now = int(time.time() * 1000)
+        by_queue: dict[int, list[tuple[int, bytes]]] = {}
+        parts = None if partition is not None else self._partitions_sync(topic)
+        for index, (key, value) in enumerate(events):
+            body = encode_body(key, value, None, now)
+            p = partition
+            if p is None:
+                assert parts is not None
+                p = self._partition(topic, parts, key, len(body))
+            by_queue.setdefault(p, []).append((index, body))
+        ids: list[EventId | None] = [None] * len(events)
+        for p, items in by_queue.items():
+            queue = self._queue(topic, p)
+            first = queue.append([b for _, b in items])
+            for offset, (index, _) in enumerate(items):
+                ids[index] = EventId(topic, p, first + offset)
+        return [i for i in ids if i is not None]
+
+    def _append_with_callback(
+        self,
+        topic: str,
+        partition: int,
+        queue: DiskQueue,
+        bodies: list[bytes],
+        callback: DeliveryCallback,
+    ) -> int:
+        sender = self._senders[(topic, partition)]
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def durable(first: int, error: BaseException | None) -> None:
+            if error is not None:
+                errors.append(error)
+            done.set()
+
+        def numbered(first: int) -> None:
+            # Registered before the entries can be durable, hence before they can be sent.
+            for n in range(first, first + len(bodies)):
+                sender.callbacks[n] = callback
+
+        first = queue.submit(bodies, durable, wait=True, numbered=numbered)
+        done.wait()
+        if errors:
+            raise AgentClosedError(f"the queue could not write the event: {errors[0]}")
+        return first
+
+    def run_callbacks(self, sender: Sender, first: int, count: int, base_offset: int) -> None:
+        for n in range(first, first + count):
+            callback = sender.callbacks.pop(n, None)
+            if callback is not None:
+                try:
+                    callback(
+                        EventId(sender.topic, sender.partition, n),
+                        base_offset + n - first if base_offset >= 0 else -1,
+                    )
+                except Exception:
+                    _log.exception("a delivery callback failed")
+        if self.on_delivery is not None:
+            for n in range(first, first + count):
+                with contextlib.suppress(Exception):
+                    self.on_delivery(
+                        EventId(sender.topic, sender.partition, n),
+                        base_offset + n - first if base_offset >= 0 else -1,
+                    )
+
+    # ------------------------------------------------------------------ for the server
+
+    async def submit(
+        self,
+        topic: str,
+        partition: int | None,
+        items: Sequence[tuple[bytes | None, bytes | memoryview]],
+        done: Callable[[list[EventId] | BaseException], None],
+    ) -> None:
+        """Queue (key, body) events of one topic from the loop; ``done`` runs when durable.
+
+        Events for the same partition keep their order. ``done`` gets the ids in the order of
+        ``items``, or the error (from the syncer thread).
+        """
+        if self._closed:
+            raise AgentClosedError("the agent is closed")
+        parts = None
+        if partition is None:
+            parts = self._topics.get(topic) or await self._wait_topic(topic)
+        by_queue: dict[int, list[tuple[int, bytes | memoryview]]] = {}
+        # Per call, not per event: one sticky choice for the events without a key (accounted
+        # for together afterwards) and one hash per distinct key.
+        ignore_keys = self.config["partitioner.ignore.keys"]
+        sticky: int | None = None
+        sticky_bytes = 0
+        by_key: dict[bytes, int] = {}
+        for index, (key, body) in enumerate(items):
+            p = partition
+            if p is None:
+                assert parts is not None
+                if key is None or ignore_keys:
+                    if sticky is None:
+                        sticky = self._partition(topic, parts, None, 0)
+                    p = sticky
+                    sticky_bytes += len(body)
+                else:
+                    p = by_key.get(key)
+                    if p is None:
+                        p = by_key[key] = partition_for_key(key, parts.count)
+            by_queue.setdefault(p, []).append((index, body))
+        if sticky_bytes and parts is not None:
+            self._partition(topic, parts, None, sticky_bytes)
+        ids: list[EventId | None] = [None] * len(items)
+        remaining = [len(by_queue)]
+        failed: list[BaseException] = []
+        guard = threading.Lock()
+
+        def finisher(p: int, indexes: list[int]) -> Callable[[int, BaseException | None], None]:
+            def finish(first: int, error: BaseException | None) -> None:
+                with guard:
+                    if error is not None:
+                        failed.append(error)
+                    for offset, index in enumerate(indexes):
+                        ids[index] = EventId(topic, p, first + offset)
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                if last:
+                    done(failed[0] if failed else [i for i in ids if i is not None])
+
+            return finish
+
+        for p, group in by_queue.items():
+            queue = self._queue(topic, p)
+            bodies = [b for _, b in group]
+            callback = finisher(p, [i for i, _ in group])
+            delay = 0.001
+            while True:
+                try:
+                    queue.submit(bodies, callback, wait=False)
+                    break
+                except QueueFullError:
+                    if queue.policy != "block":
+                        raise
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+
+    # ------------------------------------------------------------------ queries
+
+    def delivery(self, event: EventId) -> Delivery:
+        sender = self._senders.get((event.topic, event.partition))
+        if sender is None:
+            return Delivery("unknown", -1)
+        state, offset = sender.offset_of(event.number)
+        return Delivery(state, offset)
+
+    def partition_count(self, topic: str) -> int | None:
+        """The partition count the agent uses for ``topic`` (None: not known yet)."""
+        known = self._topics.get(topic)
+        return None if known is None else known.count
+
+    def status(self) -> list[dict[str, Any]]:
+        return [s.status() for _, s in sorted(self._senders.items())]
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queue is delivered; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if all(q.depth() == 0 for q in list(self._queues.values())):
+                return True
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._refresher.cancel()
+
+        async def stop() -> None:
+            for sender in list(self._senders.values()):
+                await sender.stop()
+            await self.cluster.close()
+
+        with contextlib.suppress(Exception):
+            self._call(stop(), timeout=10)
+        for queue in list(self._queues.values()):
+            queue.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self.loop.close()
+        os.close(self._lock_fd)
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""One event as the agent stores it: the record body shared by the socket protocol and the queue.
+
+Record body (big-endian)::
+
+    timestamp     int64   epoch milliseconds (CreateTime of the Kafka record)
+    key_len       int32   -1 for a null key
+    value_len     int32   -1 for a null value
+    header_count  uint16
+    key           key_len bytes
+    value         value_len bytes
+    header_count times:
+        name_len  uint16
+        name      name_len bytes, UTF-8
+        value_len int32   -1 for a null header value
+        value     value_len bytes
+
+The socket client encodes this body once; the daemon checks it (:func:`check_body`), reads the
+key from it and stores it unchanged behind the entry header of :mod:`tidelog.agent.queue`, so
+an event is never re-encoded between the application and the disk queue.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from tidelog.agent.errors import EventFormatError
+
+_FIXED = struct.Struct(">qiiH")
+FIXED_SIZE = _FIXED.size
+_NAME_LEN = struct.Struct(">H")
+_HVALUE_LEN = struct.Struct(">i")
+
+Headers = Sequence[tuple[str, bytes | None]]
+
+
+def encode_body(
+    key: bytes | None, value: bytes | None, headers: Headers | None, timestamp: int
+) -> bytes:
+    parts = [
+        _FIXED.pack(
+            timestamp,
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            len(headers) if headers else 0,
+        )
+    ]
+    if key is not None:
+        parts.append(key)
+    if value is not None:
+        parts.append(value)
+    if headers:
+        for name, hvalue in headers:
+            raw = name.encode("utf-8")
+            parts.append(_NAME_LEN.pack(len(raw)))
+            parts.append(raw)
+            parts.append(_HVALUE_LEN.pack(-1 if hvalue is None else len(hvalue)))
+            if hvalue is not None:
+                parts.append(hvalue)
+    return b"".join(parts)
+
+
+def check_body(body: bytes | memoryview) -> bytes | None:
+    """Check that ``body`` is one well-formed record body; return its key.
+
+    :raises EventFormatError: lengths that do not add up to the body's size.
+    """
+    size = len(body)
+    if size < FIXED_SIZE:
+        raise EventFormatError(f"event body of {size} bytes is shorter than its fixed part")
+    _, key_len, value_len, count = _FIXED.unpack_from(body, 0)
+    if key_len < -1 or value_len < -1:
+        raise EventFormatError("negative key or value length")
+    pos = FIXED_SIZE + max(key_len, 0) + max(value_len, 0)
+    if pos > size:
+        raise EventFormatError("key and value run past the end of the event")
+    key = None if key_len < 0 else bytes(body[FIXED_SIZE : FIXED_SIZE + key_len])
+    for _ in range(count):
+        if pos + 2 > size:
+            raise EventFormatError("header name length runs past the end of the event")
+        (name_len,) = _NAME_LEN.unpack_from(body, pos)
+        pos += 2 + name_len
+        if pos + 4 > size:
+            raise EventFormatError("header runs past the end of the event")
+        try:
+            bytes(body[pos - name_len : pos]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise EventFormatError("header name is not UTF-8") from None
+        (hlen,) = _HVALUE_LEN.unpack_from(body, pos)
+        if hlen < -1:
+            raise EventFormatError("negative header value length")
+        pos += 4 + max(hlen, 0)
+        if pos > size:
+            raise EventFormatError("header value runs past the end of the event")
+    if pos != size:
+        raise EventFormatError(f"{size - pos} stray bytes after the event")
+    return key
+
+
+def decode_body(
+    body: bytes | memoryview,
+) -> tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """(timestamp, key, value, headers) of a body already checked by :func:`check_body`."""
+    timestamp, key_len, value_len, count = _FIXED.unpack_from(body, 0)
+    pos = FIXED_SIZE
+    key = None
+    if key_len >= 0:
+        key = bytes(body[pos : pos + key_len])
+        pos += key_len
+    value = None
+    if value_len >= 0:
+        value = bytes(body[pos : pos + value_len])
+        pos += value_len
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        (name_len,) = _NAME_LEN.unpack_from(body, pos)
+        pos += 2
+        name = bytes(body[pos : pos + name_len]).decode("utf-8")
+        pos += name_len
+        (hlen,) = _HVALUE_LEN.unpack_from(body, pos)
+        pos += 4
+        hvalue = None
+        if hlen >= 0:
+            hvalue = bytes(body[pos : pos + hlen])
+            pos += hlen
+        headers.append((name, hvalue))
+    return timestamp, key, value, headers

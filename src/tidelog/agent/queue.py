@@ -1,0 +1,660 @@
+"""The disk queue of one topic-partition: append segments, group commit, a persisted cursor.
+
+Directory ``<data.dir>/queues/<topic>-<partition>/``::
+
+    <base position, 20 digits>-<first entry number, 20 digits>.q   segments, oldest first
+    cursor                                                           the read side, two slots
+
+Positions are global byte offsets in the queue (a segment's name gives the position of its
+first byte), entry numbers count events from 0. Segment files are entries back to back
+(big-endian)::
+
+    length   uint32   size of the event body
+    crc      uint32   CRC-32C of (length, number, body): a torn or damaged entry never passes
+    number   uint64   entry number (consecutive across segments)
+    body     length bytes, the record body of :mod:`tidelog.agent.event`
+
+Write side. :meth:`DiskQueue.submit` encodes entries into a memory buffer and returns; one
+syncer thread per queue takes everything buffered, writes it with one ``write`` per segment,
+calls ``fdatasync`` once and only then runs the callbacks of every entry in it (group commit:
+all events that arrived while the previous sync ran share the next one). :meth:`append` is
+the blocking form. A segment rolls at ``queue.segment.bytes``; a new segment file is created
+and the directory synced before the first write to it.
+
+Read side. The sender reads only synced entries (an entry that was sent before it was durable
+could be lost by a crash and its number and sequence reused by another event).
+``cursor`` holds two 64-byte slots written alternately (``pwrite`` + ``fdatasync``); loading
+takes the valid slot with the higher generation, so a torn cursor write leaves the previous
+one. Slot layout::
+
+    magic "TLAC" | generation u64 | read_pos u64 | read_n u64 | skip_pos u64 | skip_n u64 |
+    next_seq i32 | producer_id i64 | producer_epoch i16 | crc u32 | 2 bytes zero
+
+``read_*`` is the first entry not yet acknowledged by the broker, ``next_seq`` the producer
+sequence that entry gets, ``producer_*`` the idempotent producer of the queue. ``skip_*``
+marks entries dropped by the drop-oldest policy: the sender continues at ``max(read, skip)``
+once the batch it may have in flight at ``read`` is done.
+
+Recovery (:meth:`DiskQueue.open`): segments wholly below the cursor are deleted; the newest
+segment is scanned entry by entry and cut at the first entry that is short, fails its CRC or
+does not carry the next number (a torn tail: only bytes whose append was never acknowledged).
+Damage found later, in data already synced, skips the rest of that segment and is counted as
+``corrupt``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crc32c import crc32c
+
+from tidelog.agent.errors import (
+    AgentClosedError,
+    EventTooLargeError,
+    QueueCorruptError,
+    QueueFullError,
+)
+
+_log = logging.getLogger(__name__)
+
+ENTRY = struct.Struct(">IIQ")
+ENTRY_SIZE = ENTRY.size
+_LEN = struct.Struct(">I")
+_CURSOR = struct.Struct(">4sQQQQQiqhI2x")
+_CURSOR_MAGIC = b"TLAC"
+CURSOR_SLOT = 64
+assert _CURSOR.size <= CURSOR_SLOT
+SEGMENT_SUFFIX = ".q"
+
+FsyncFn = Callable[[int], None]
+Callback = Callable[[int, BaseException | None], None]
+
+POLICIES = ("block", "reject", "drop-oldest")
+
+
+def segment_name(base: int, first_n: int) -> str:
+    return f"{base:020d}-{first_n:020d}{SEGMENT_SUFFIX}"
+
+
+_LEN_NUMBER = struct.Struct(">IQ")
+
+
+def encode_entry(number: int, body: bytes | memoryview) -> bytes:
+    length = len(body)
+    head = _LEN_NUMBER.pack(length, number)
+    crc = crc32c(body, crc32c(head))
+    return b"".join((ENTRY.pack(length, crc, number), body))
+
+
+@dataclass(slots=True)
+class Cursor:
+    generation: int = 0
+    read_pos: int = 0
+    read_n: int = 0
+    skip_pos: int = 0
+    skip_n: int = 0
+    next_seq: int = 0
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    def pack(self) -> bytes:
+        fields = (
+            _CURSOR_MAGIC,
+            self.generation,
+            self.read_pos,
+            self.read_n,
+            self.skip_pos,
+            self.skip_n,
+            self.next_seq,
+            self.producer_id,
+            self.producer_epoch,
+            0,
+        )
+        raw = _CURSOR.pack(*fields)
+        crc = crc32c(raw[: _CURSOR.size - 6])
+        raw = _CURSOR.pack(*fields[:-1], crc)
+        return raw.ljust(CURSOR_SLOT, b"\0")
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Cursor | None:
+        if len(raw) < _CURSOR.size:
+            return None
+        magic, gen, rp, rn, sp, sn, seq, pid, epoch, crc = _CURSOR.unpack_from(raw, 0)
+        if magic != _CURSOR_MAGIC or crc32c(raw[: _CURSOR.size - 6]) != crc:
+            return None
+        return cls(gen, rp, rn, sp, sn, seq, pid, epoch)
+
+
+@dataclass(slots=True)
+class Entry:
+    number: int
+    position: int  # of the entry header
+    body: memoryview
+
+
+@dataclass(slots=True)
+class Segment:
+    base: int
+    first_n: int
+    path: Path
+
+
+class DiskQueue:
+    """One topic-partition's queue (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_bytes: int = 16 * 1024 * 1024,
+        max_bytes: int = 1 << 40,
+        policy: str = "block",
+        max_entry_bytes: int = 1_048_576,
+        fsync: FsyncFn = os.fdatasync,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"queue.full.policy: expected one of {', '.join(POLICIES)}")
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        # Drop-oldest frees whole segments: keep several of them within the budget.
+        self.segment_bytes = max(4096, min(segment_bytes, max_bytes // 4))
+        self.policy = policy
+        self.max_entry_bytes = max_entry_bytes
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._pending = threading.Condition(self._lock)
+        self.segments: list[Segment] = []
+        self.cursor = Cursor()
+        self.write_pos = 0
+        self.write_n = 0
+        self.durable_pos = 0
+        self.durable_n = 0
+        self._active_bytes = 0
+        self._roll_next = False
+        self._buffer: list[tuple[int, int, bytearray]] = []
+        self._callbacks: list[tuple[Callback, int]] = []
+        self._fd = -1
+        self._fd_base = -1
+        self._cursor_fd = -1
+        self._read_fds: dict[int, int] = {}
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._syncer: threading.Thread | None = None
+        self.in_flight_end: tuple[int, int] | None = None
+        self.on_durable: Callable[[], None] | None = None
+        self.on_space: Callable[[], None] | None = None
+        # Counters for the status report.
+        self.appended = 0
+        self.dropped = 0
+        self.corrupt = 0
+        self.fsyncs = 0
+        self.truncated_bytes = 0
+        # Entry-number ranges [from, to) dropped since the start, for event queries.
+        self.dropped_ranges: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
+        self._oldest_time: collections.deque[tuple[int, float]] = collections.deque()
+
+    # ------------------------------------------------------------------ open / close
+
+    @classmethod
+    def open(cls, directory: Path, **kwargs: object) -> DiskQueue:
+        queue = cls(directory, **kwargs)  # type: ignore[arg-type]
+        queue._recover()
+        queue._syncer = threading.Thread(
+            target=queue._sync_loop, name=f"agent-sync-{queue.directory.name}", daemon=True
+        )
+        queue._syncer.start()
+        return queue
+
+    def _recover(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.cursor = self._load_cursor()
+        for path in sorted(self.directory.glob("*" + SEGMENT_SUFFIX)):
+            stem = path.name[: -len(SEGMENT_SUFFIX)]
+            base_text, _, first_text = stem.partition("-")
+            if not (base_text.isdigit() and first_text.isdigit()):
+                _log.warning("ignoring unexpected file %s", path)
+                continue
+            self.segments.append(Segment(int(base_text), int(first_text), path))
+        self.segments.sort(key=lambda s: s.base)
+        # Segments wholly before the read position were delivered before a crash.
+        while len(self.segments) > 1 and self.segments[1].base <= self.cursor.read_pos:
+            self.segments.pop(0).path.unlink()
+        if not self.segments:
+            seg = Segment(
+                self.cursor.read_pos,
+                self.cursor.read_n,
+                self.directory / segment_name(self.cursor.read_pos, self.cursor.read_n),
+            )
+            fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.close(fd)
+            self._sync_dir()
+            self.segments.append(seg)
+        last = self.segments[-1]
+        end, end_n = self._scan_tail(last)
+        self.write_pos = self.durable_pos = end
+        self.write_n = self.durable_n = end_n
+        self._active_bytes = end - last.base
+        if self.cursor.read_pos < self.segments[0].base:
+            # The cursor lost its segment (damaged cursor): start at the oldest entry kept.
+            self.cursor.read_pos = self.segments[0].base
+            self.cursor.read_n = self.segments[0].first_n
+        if self.cursor.read_pos > end:
+            raise QueueCorruptError(
+                f"{self.directory}: cursor position {self.cursor.read_pos} is past the end {end}"
+            )
+        self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
+        self._fd_base = last.base
+        if self.durable_n > self.cursor.read_n:
+            # Ages of events from before the restart are counted from the restart.
+            self._oldest_time.append((self.durable_n, time.time()))
+
+    def _scan_tail(self, seg: Segment) -> tuple[int, int]:
+        """Check every entry of the newest segment; cut a torn tail. Returns (end, end_n)."""
+        data = seg.path.read_bytes()
+        pos = 0
+        expected = seg.first_n
+        view = memoryview(data)
+        while pos + ENTRY_SIZE <= len(data):
+            length, crc, number = ENTRY.unpack_from(data, pos)
+            end = pos + ENTRY_SIZE + length
+            if length > self.max_entry_bytes + ENTRY_SIZE or end > len(data):
+                break
+            check = crc32c(
+                view[pos + ENTRY_SIZE : end],
+                crc32c(view[pos + 8 : pos + 16], crc32c(view[pos : pos + 4])),
+            )
+            if check != crc or number != expected:
+                break
+            pos = end
+            expected += 1
+        if pos != len(data):
+            self.truncated_bytes = len(data) - pos
+            _log.warning(
+                "%s: cutting %d bytes of torn tail at position %d",
+                seg.path,
+                len(data) - pos,
+                seg.base + pos,
+            )
+            fd = os.open(seg.path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, pos)
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+        return seg.base + pos, expected
+
+    def _load_cursor(self) -> Cursor:
+        path = self.directory / "cursor"
+        self._cursor_fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        raw = os.pread(self._cursor_fd, 2 * CURSOR_SLOT, 0)
+        slots = [Cursor.unpack(raw[i * CURSOR_SLOT : (i + 1) * CURSOR_SLOT]) for i in range(2)]
+        valid = [c for c in slots if c is not None]
+        if valid:
+            return max(valid, key=lambda c: c.generation)
+        if raw.strip(b"\0"):
+            # Both slots damaged: resume at the oldest entry with a new producer id; events
+            # in doubt may then be delivered twice, which the log says.
+            _log.error(
+                "%s: both cursor slots are damaged; resending from the oldest entry", self.directory
+            )
+            return Cursor(generation=1, read_pos=0, read_n=0)
+        return Cursor()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._pending.notify_all()
+            self._space.notify_all()
+        if self._syncer is not None:
+            self._syncer.join()
+        for fd in (self._fd, self._cursor_fd, *self._read_fds.values()):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._read_fds.clear()
+        self._fd = self._cursor_fd = -1
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ write side
+
+    @property
+    def used_bytes(self) -> int:
+        return self.write_pos - max(self.cursor.read_pos, self.cursor.skip_pos)
+
+    def submit(
+        self,
+        bodies: Sequence[bytes | memoryview],
+        callback: Callback,
+        *,
+        wait: bool = False,
+        numbered: Callable[[int], None] | None = None,
+    ) -> int:
+        """Queue ``bodies``; ``callback(first, None)`` runs (on the syncer thread) once they
+        are durable, ``callback(first, error)`` if the write failed.
+
+        Returns ``first``, the entry number of the first body; ``numbered(first)`` runs under
+        the queue's lock, before the entries can become durable. When the budget is exhausted: policy
+        ``block`` waits for space if ``wait`` and raises :class:`QueueFullError` otherwise,
+        ``reject`` raises it, ``drop-oldest`` drops the oldest undelivered segment(s).
+        """
+        size = 0
+        for body in bodies:
+            if len(body) > self.max_entry_bytes:
+                raise EventTooLargeError(
+                    f"event of {len(body)} bytes is larger than {self.max_entry_bytes} bytes "
+                    "(max.request.size)"
+                )
+            size += ENTRY_SIZE + len(body)
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise AgentClosedError("the queue is closed")
+                if self._failure is not None:
+                    raise AgentClosedError(f"the queue failed: {self._failure}")
+                used = self.used_bytes
+                if used == 0 or used + size <= self.max_bytes:
+                    break
+                if self.policy == "drop-oldest":
+                    if self._drop_oldest_locked():
+                        continue
+                    # Nothing droppable yet (all in the active segment, which rolls now):
+                    # the budget is overshot by at most one segment.
+                    break
+                if self.policy == "block" and wait:
+                    self._space.wait()
+                    continue
+                raise QueueFullError(
+                    f"queue {self.directory.name} holds {used} of {self.max_bytes} bytes "
+                    f"(queue.max.bytes); {len(bodies)} event(s) not accepted"
+                )
+            first = self.write_n
+            number = first
+            buffer = self._buffer
+            for body in bodies:
+                entry = encode_entry(number, body)
+                if self._active_bytes and (
+                    self._roll_next or self._active_bytes + len(entry) > self.segment_bytes
+                ):
+                    buffer.append((self.write_pos, number, bytearray()))
+                    self._active_bytes = 0
+                    self._roll_next = False
+                elif not buffer:
+                    buffer.append((-1, number, bytearray()))
+                buffer[-1][2].extend(entry)
+                self._active_bytes += len(entry)
+                self.write_pos += len(entry)
+                number += 1
+            self.write_n = number
+            self.appended += len(bodies)
+            self._callbacks.append((callback, first))
+            if numbered is not None:
+                numbered(first)
+            self._pending.notify()
+        return first
+
+    def append(self, bodies: Sequence[bytes | memoryview]) -> int:
+        """Append and wait until durable; returns the first entry number."""
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def finished(first: int, error: BaseException | None) -> None:
+            if error is not None:
+                errors.append(error)
+            done.set()
+
+        first = self.submit(bodies, finished, wait=True)
+        done.wait()
+        if errors:
+            raise AgentClosedError(f"the queue could not write the event: {errors[0]}")
+        return first
+
+    def _drop_oldest_locked(self) -> bool:
+        """Skip the oldest undelivered segment; False when nothing can be dropped."""
+        start = max(self.cursor.read_pos, self.cursor.skip_pos)
+        if self.in_flight_end is not None:
+            start = max(start, self.in_flight_end[0])
+        index = self._segment_index(start)
+        if index + 1 >= len(self.segments):
+            # Everything is in the active segment: roll so that it can be dropped.
+            self._roll_next = True
+            return False
+        nxt = self.segments[index + 1]
+        start_n = max(self.cursor.read_n, self.cursor.skip_n)
+        if self.in_flight_end is not None:
+            start_n = max(start_n, self.in_flight_end[1])
+        if nxt.first_n > start_n:
+            self.dropped += nxt.first_n - start_n
+            self.dropped_ranges.append((start_n, nxt.first_n))
+        self.cursor.skip_pos, self.cursor.skip_n = nxt.base, nxt.first_n
+        self._write_cursor_locked()
+        self._delete_segments_locked()
+        return True
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._buffer and not self._closed:
+                    self._pending.wait()
+                if not self._buffer:
+                    return
+                chunks, self._buffer = self._buffer, []
+                callbacks, self._callbacks = self._callbacks, []
+                end_pos, end_n = self.write_pos, self.write_n
+            error: BaseException | None = None
+            try:
+                for base, first_n, data in chunks:
+                    if base >= 0 and base != self._fd_base:
+                        self._roll_file(base, first_n)
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(self._fd, view)
+                        view = view[written:]
+                self._fsync(self._fd)
+            except OSError as exc:
+                error = exc
+                _log.error(
+                    "%s: write failed, the queue stops accepting events: %s", self.directory, exc
+                )
+            with self._lock:
+                if error is None:
+                    self.fsyncs += 1
+                    self.durable_pos, self.durable_n = end_pos, end_n
+                    now = time.time()
+                    # One mark per 0.1 s: (end of the entries synced by then, time).
+                    ages = self._oldest_time
+                    if not ages or now - ages[-1][1] >= 0.1:
+                        ages.append((end_n, now))
+                    else:
+                        ages[-1] = (end_n, ages[-1][1])
+                else:
+                    self._failure = error
+            for callback, first in callbacks:
+                try:
+                    callback(first, error)
+                except Exception:
+                    _log.exception("an append callback failed")
+            hook = self.on_durable
+            if hook is not None:
+                hook()
+
+    def _roll_file(self, base: int, first_n: int) -> None:
+        self._fsync(self._fd)
+        os.close(self._fd)
+        seg = Segment(base, first_n, self.directory / segment_name(base, first_n))
+        self._fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+        self._fd_base = base
+        self._sync_dir()
+        with self._lock:
+            self.segments.append(seg)
+
+    # ------------------------------------------------------------------ read side
+
+    def _segment_index(self, pos: int) -> int:
+        segs = self.segments
+        low, high = 0, len(segs) - 1
+        while low < high:
+            mid = (low + high + 1) // 2
+            if segs[mid].base <= pos:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def start_of_next_read(self) -> tuple[int, int]:
+        with self._lock:
+            c = self.cursor
+            return (c.read_pos, c.read_n) if c.read_pos >= c.skip_pos else (c.skip_pos, c.skip_n)
+
+    def read(self, pos: int, n: int, max_bytes: int) -> list[Entry]:
+        """Durable entries from ``pos`` (entry ``n``), one segment at most, about ``max_bytes``.
+
+        Always at least one entry when one is durable. Damaged data makes the queue skip the
+        rest of the segment (counted in ``corrupt``) and returns what precedes it.
+        """
+        with self._lock:
+            durable = self.durable_pos
+            if pos >= durable:
+                return []
+            index = self._segment_index(pos)
+            seg = self.segments[index]
+            limit = self.segments[index + 1].base if index + 1 < len(self.segments) else durable
+            limit = min(limit, durable)
+        if pos >= limit:
+            return []
+        fd = self._read_fds.get(seg.base)
+        if fd is None:
+            fd = os.open(seg.path, os.O_RDONLY)
+            self._read_fds[seg.base] = fd
+        want = min(limit - pos, max(max_bytes, ENTRY_SIZE + self.max_entry_bytes))
+        data = os.pread(fd, want, pos - seg.base)
+        view = memoryview(data)
+        entries: list[Entry] = []
+        off = 0
+        expected = n
+        total = 0
+        while off + ENTRY_SIZE <= len(data):
+            length, crc, number = ENTRY.unpack_from(data, off)
+            end = off + ENTRY_SIZE + length
+            if end > len(data):
+                if length > self.max_entry_bytes or pos + end > limit:
+                    self._corrupt(pos + off, seg, limit)
+                break
+            check = crc32c(
+                view[off + ENTRY_SIZE : end],
+                crc32c(view[off + 8 : off + 16], crc32c(view[off : off + 4])),
+            )
+            if check != crc or number != expected:
+                self._corrupt(pos + off, seg, limit)
+                break
+            entries.append(Entry(number, pos + off, view[off + ENTRY_SIZE : end]))
+            off = end
+            expected += 1
+            total += ENTRY_SIZE + length
+            if total >= max_bytes:
+                break
+        return entries
+
+    def _corrupt(self, at: int, seg: Segment, limit: int) -> None:
+        with self._lock:
+            index = self._segment_index(at)
+            if index + 1 < len(self.segments):
+                nxt = self.segments[index + 1]
+                target = (nxt.base, nxt.first_n)
+            else:
+                target = (self.durable_pos, self.durable_n)
+            self.corrupt += 1
+            _log.error("%s: damaged entry at position %d; skipping to %d", seg.path, at, target[0])
+            if target[0] > self.cursor.skip_pos:
+                self.cursor.skip_pos, self.cursor.skip_n = target
+                self._write_cursor_locked()
+
+    def locate(self, pos: int, n: int, target_n: int) -> tuple[int, int]:
+        """The position of entry ``target_n`` (at most the durable end), reading from ``pos``."""
+        while n < target_n:
+            entries = self.read(pos, n, 1 << 20)
+            if not entries:
+                break
+            for entry in entries:
+                if entry.number == target_n:
+                    return entry.position, entry.number
+            last = entries[-1]
+            pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+        return pos, n
+
+    def commit(
+        self, pos: int, n: int, next_seq: int, producer_id: int, producer_epoch: int
+    ) -> None:
+        """Persist the read side: entries before ``pos`` are delivered (blocking, fsyncs)."""
+        with self._lock:
+            c = self.cursor
+            c.read_pos, c.read_n = pos, n
+            if c.skip_pos <= pos:
+                c.skip_pos, c.skip_n = pos, n
+            c.next_seq = next_seq
+            c.producer_id, c.producer_epoch = producer_id, producer_epoch
+            self._write_cursor_locked()
+            self._delete_segments_locked()
+            while self._oldest_time and self._oldest_time[0][0] <= n:
+                self._oldest_time.popleft()
+            self._space.notify_all()
+        hook = self.on_space
+        if hook is not None:
+            hook()
+
+    def _write_cursor_locked(self) -> None:
+        c = self.cursor
+        c.generation += 1
+        os.pwrite(self._cursor_fd, c.pack(), (c.generation % 2) * CURSOR_SLOT)
+        self._fsync(self._cursor_fd)
+
+    def _delete_segments_locked(self) -> None:
+        c = self.cursor
+        keep: list[Segment] = []
+        read_index = self._segment_index(c.read_pos)
+        for i, seg in enumerate(self.segments):
+            nxt = self.segments[i + 1].base if i + 1 < len(self.segments) else None
+            delivered = nxt is not None and nxt <= c.read_pos
+            skipped = i > read_index and nxt is not None and nxt <= c.skip_pos
+            if delivered or skipped:
+                fd = self._read_fds.pop(seg.base, None)
+                if fd is not None:
+                    os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    seg.path.unlink()
+            else:
+                keep.append(seg)
+        self.segments = keep
+
+    # ------------------------------------------------------------------ status
+
+    def depth(self) -> int:
+        with self._lock:
+            c = self.cursor
+            return self.durable_n - max(c.read_n, c.skip_n)
+
+    def oldest_age(self) -> float:
+        """Seconds since the oldest undelivered event became durable (0 when none)."""
+        with self._lock:
+            if self.durable_n <= max(self.cursor.read_n, self.cursor.skip_n):
+                return 0.0
+            if not self._oldest_time:
+                return 0.0
+            return max(0.0, time.time() - self._oldest_time[0][1])

@@ -1,0 +1,471 @@
+"""One sender per disk queue: batches durable entries to the partition leader, exactly once.
+
+Each queue is written by an idempotent producer of its own (InitProducerId without a
+transactional id): its producer id, epoch and the sequence of the first unacknowledged entry
+live in the queue's cursor, so they survive a crash together with the read position.
+Sequences are consecutive over the entries actually sent; ``next_seq`` belongs to entry
+``read_n``.
+
+Loop: read up to ``batch.size`` bytes of durable entries (waiting ``linger.ms`` once when less
+is there), build one RecordBatch (``compression.type``, producer id, epoch, base sequence),
+send it to the leader with ``acks=all`` and keep resending the *same bytes* until an answer
+comes; the read position moves (and is fsynced) only after the acknowledgement. One batch is in
+flight per queue, so at most one batch is ever in doubt.
+
+* A connection lost or a request timed out: the batch's outcome is unknown; the identical
+  batch is resent and the broker recognises a repeat of one of the producer's last five batches
+  and answers with its original offset, writing nothing.
+* After a crash of the agent the batch in doubt is not in memory any more; before sending
+  anything, the sender asks the leader (DescribeProducers) for the producer's last sequence on
+  the partition and moves the read position past the entries it already holds.
+* NOT_LEADER_OR_FOLLOWER, unknown topic or partition, a broker down: metadata refresh,
+  backoff (``retry.backoff.ms`` doubling up to ``retry.backoff.max.ms``), retry, forever.
+* OUT_OF_ORDER_SEQUENCE_NUMBER: resolved with DescribeProducers the same way; when the broker
+  has lost the producer's later batches, a new producer id is taken.
+* UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING:
+  the broker refused the batch (nothing written): a new producer id, sequences from 0.
+* MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD: the batch is split; a single
+  event the broker refuses is skipped and counted as ``rejected`` (it can never be delivered).
+
+The remaining window for a duplicate: the broker forgot the producer (its state expired after
+``producer.id.expiration.ms`` of silence, or was removed by retention) while a batch was in
+doubt; the resent batch then looks new. See docs/agent.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tidelog.agent.batch import build_batch
+from tidelog.agent.queue import ENTRY_SIZE, DiskQueue
+from tidelog.client.cluster import STALE_METADATA_CODES
+from tidelog.client.errors import BrokerConnectionError, ClientError, broker_error
+from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.records import Compression
+
+if TYPE_CHECKING:
+    from tidelog.agent.agent import Agent
+
+_log = logging.getLogger(__name__)
+
+SEQ_MOD = 1 << 31
+HISTORY = 100_000  # acknowledged batches remembered per queue for offset queries
+
+NEW_PRODUCER_CODES = frozenset(
+    {
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+    }
+)
+SPLIT_CODES = frozenset(
+    {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_RECORD}
+)
+COMPRESSIONS = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+
+
+@dataclass(slots=True)
+class _Batch:
+    data: bytes
+    first_n: int
+    count: int
+    end_pos: int
+    end_n: int
+    sequence: int
+    in_doubt: bool = False
+
+
+class Sender:
+    """Delivers the entries of one queue to the leader of its partition."""
+
+    def __init__(self, agent: Agent, queue: DiskQueue, topic: str, partition: int) -> None:
+        self.agent = agent
+        self.queue = queue
+        self.topic = topic
+        self.partition = partition
+        cfg = agent.config
+        self.batch_size: int = cfg["batch.size"]
+        self.linger = cfg["linger.ms"] / 1000
+        self.backoff_min = cfg["retry.backoff.ms"] / 1000
+        self.backoff_max = max(self.backoff_min, cfg["retry.backoff.max.ms"] / 1000)
+        self.compression = COMPRESSIONS[cfg["compression.type"]]
+        self.timeout_ms: int = cfg["request.timeout.ms"]
+        c = queue.cursor
+        self.producer_id = c.producer_id
+        self.producer_epoch = c.producer_epoch
+        self.next_seq = c.next_seq
+        self.pos, self.n = c.read_pos, c.read_n
+        self.max_count: int | None = None
+        self.batch: _Batch | None = None
+        self.must_resolve = self.producer_id >= 0 and queue.durable_n > c.read_n
+        self.wakeup = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.closed = False
+        self.history: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=HISTORY)
+        self.callbacks: dict[int, Any] = {}
+        # Counters for the status report.
+        self.delivered = 0
+        self.batches = 0
+        self.duplicates_avoided = 0
+        self.rejected = 0
+        self.retries = 0
+        self.last_error = ""
+
+    # ------------------------------------------------------------------ life
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.run())
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    async def stop(self) -> None:
+        self.closed = True
+        self.wakeup.set()
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+
+    async def run(self) -> None:
+        backoff = self.backoff_min
+        while not self.closed:
+            try:
+                progressed = await self.step()
+            except (ClientError, OSError) as exc:
+                self.retries += 1
+                self.last_error = str(exc)
+                _log.debug("%s-%d: %s; retrying in %.2fs", self.topic, self.partition, exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug must not stop delivery for good
+                _log.exception("%s-%d: sender failed", self.topic, self.partition)
+                self.last_error = repr(exc)
+                await asyncio.sleep(self.backoff_max)
+                continue
+            if progressed:
+                backoff = self.backoff_min
+                self.last_error = ""
+            else:
+                self.wakeup.clear()
+                if not self._has_data():
+                    await self.wakeup.wait()
+
+    def _has_data(self) -> bool:
+        return self.batch is not None or self.queue.durable_n > max(
+            self.n, self.queue.cursor.skip_n
+        )
+
+    # ------------------------------------------------------------------ one step
+
+    async def step(self) -> bool:
+        if self.producer_id < 0:
+            await self._new_producer()
+        if self.must_resolve:
+            await self._resolve(self.pos, self.n, self.next_seq)
+            self.must_resolve = False
+        if self.batch is None and not await self._next_batch():
+            return False
+        assert self.batch is not None
+        await self._produce(self.batch)
+        return True
+
+    async def _next_batch(self) -> bool:
+        c = self.queue.cursor
+        if c.skip_n > self.n:
+            # Entries were dropped (drop-oldest) or skipped as damaged: move the read position
+            # first, so that a batch in flight always starts at the persisted read position.
+            await self._commit(c.skip_pos, c.skip_n, self.next_seq)
+        entries = self.queue.read(self.pos, self.n, self.batch_size)
+        if not entries:
+            return False
+        size = sum(ENTRY_SIZE + len(e.body) for e in entries)
+        if size < self.batch_size and self.linger > 0:
+            await asyncio.sleep(self.linger)
+            entries = self.queue.read(self.pos, self.n, self.batch_size)
+        if self.max_count is not None:
+            entries = entries[: self.max_count]
+        data = build_batch(
+            [e.body for e in entries],
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.next_seq,
+            compression=self.compression,
+        )
+        last = entries[-1]
+        self.batch = _Batch(
+            data=data,
+            first_n=entries[0].number,
+            count=len(entries),
+            end_pos=last.position + ENTRY_SIZE + len(last.body),
+            end_n=last.number + 1,
+            sequence=self.next_seq,
+        )
+        self.queue.in_flight_end = (self.batch.end_pos, self.batch.end_n)
+        return True
+
+    async def _commit(self, pos: int, n: int, next_seq: int) -> None:
+        await asyncio.to_thread(
+            self.queue.commit, pos, n, next_seq, self.producer_id, self.producer_epoch
+        )
+        self.pos, self.n, self.next_seq = pos, n, next_seq
+
+    # ------------------------------------------------------------------ produce
+
+    async def _produce(self, batch: _Batch) -> None:
+        cluster = self.agent.cluster
+        try:
+            conn = await cluster.leader_connection(self.topic, self.partition)
+        except ClientError:
+            await self.agent.refresh_topic(self.topic)
+            raise
+        version = conn.version(ApiKey.PRODUCE)
+        topic_id = cluster.metadata.topic_id(self.topic)
+        if version >= 13 and topic_id is None:
+            version = 12
+        values = {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": self.timeout_ms,
+            "topic_data": [
+                {
+                    "name": self.topic,
+                    "topic_id": topic_id,
+                    "partition_data": [{"index": self.partition, "records": batch.data}],
+                }
+            ],
+        }
+        try:
+            response = await conn.call(ApiKey.PRODUCE, values, version=version)
+        except BrokerConnectionError:
+            batch.in_doubt = True
+            await cluster.forget(conn)
+            raise
+        except ClientError as exc:
+            if exc.code is ErrorCode.REQUEST_TIMED_OUT:
+                batch.in_doubt = True
+                await cluster.forget(conn)
+            raise
+        answer = None
+        for t in response.responses:
+            for p in t.partition_responses:
+                if int(p.index) == self.partition:
+                    answer = p
+        if answer is None:
+            raise broker_error(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the partition")
+        code = ErrorCode.from_wire(int(answer.error_code))
+        if code is ErrorCode.NONE:
+            await self._acknowledged(batch, int(answer.base_offset))
+        elif code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            self.duplicates_avoided += batch.count
+            await self._acknowledged(batch, -1)
+        elif code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            self.batch = None
+            self.queue.in_flight_end = None
+            if await self._resolve(self.pos, self.n, self.next_seq) <= 0:
+                _log.warning(
+                    "%s-%d: the broker lost producer %d's state; taking a new producer id",
+                    self.topic,
+                    self.partition,
+                    self.producer_id,
+                )
+                await self._new_producer()
+        elif code in NEW_PRODUCER_CODES:
+            self.batch = None
+            self.queue.in_flight_end = None
+            await self._new_producer()
+        elif code in SPLIT_CODES:
+            self.batch = None
+            self.queue.in_flight_end = None
+            if batch.count > 1:
+                self.max_count = max(1, batch.count // 2)
+            else:
+                _log.error(
+                    "%s-%d: the broker refuses event %d (%s); it is skipped",
+                    self.topic,
+                    self.partition,
+                    batch.first_n,
+                    code.name,
+                )
+                self.rejected += 1
+                await self._commit(batch.end_pos, batch.end_n, self.next_seq)
+                self.max_count = None
+        else:
+            if code in STALE_METADATA_CODES:
+                await self.agent.refresh_topic(self.topic)
+            raise broker_error(
+                code,
+                getattr(answer, "error_message", None),
+                context=f"{self.topic}-{self.partition}",
+            )
+
+    async def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
+        next_seq = (batch.sequence + batch.count) % SEQ_MOD
+        await self._commit(batch.end_pos, batch.end_n, next_seq)
+        self.batch = None
+        self.queue.in_flight_end = None
+        self.max_count = None
+        self.delivered += batch.count
+        self.batches += 1
+        if batch.in_doubt:
+            self.duplicates_avoided += batch.count
+        self.history.append((batch.first_n, batch.count, base_offset))
+        if self.callbacks:
+            self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
+
+    # ------------------------------------------------------------------ producer id
+
+    async def _new_producer(self) -> None:
+        conn = await self.agent.cluster.any_connection()
+        try:
+            response = await conn.call(
+                ApiKey.INIT_PRODUCER_ID,
+                {
+                    "transactional_id": None,
+                    "transaction_timeout": 60_000,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                },
+            )
+        except BrokerConnectionError:
+            await self.agent.cluster.forget(conn)
+            raise
+        code = ErrorCode.from_wire(int(response.error_code))
+        if code is not ErrorCode.NONE:
+            raise broker_error(code, context="InitProducerId")
+        self.producer_id = int(response.producer_id)
+        self.producer_epoch = int(response.producer_epoch)
+        self.batch = None
+        self.queue.in_flight_end = None
+        # Persisted before the first batch under the new id is sent.
+        await self._commit(self.pos, self.n, 0)
+        self.must_resolve = False
+        _log.info(
+            "%s-%d: producer id %d epoch %d",
+            self.topic,
+            self.partition,
+            self.producer_id,
+            self.producer_epoch,
+        )
+
+    async def _resolve(self, pos: int, n: int, next_seq: int) -> int:
+        """Ask the leader which of our entries from ``n`` it holds; move past them.
+
+        Returns how many it holds, or -1 when the broker's last sequence for our producer
+        lies before ``next_seq - 1`` (it lost batches it had acknowledged) or it has no state
+        for us while we expected some.
+        """
+        cluster = self.agent.cluster
+        try:
+            conn = await cluster.leader_connection(self.topic, self.partition)
+        except ClientError:
+            await self.agent.refresh_topic(self.topic)
+            raise
+        if not conn.supports(ApiKey.DESCRIBE_PRODUCERS):
+            _log.warning("%s does not serve DescribeProducers; resending in doubt", conn)
+            return 0
+        try:
+            response = await conn.call(
+                ApiKey.DESCRIBE_PRODUCERS,
+                {"topics": [{"name": self.topic, "partition_indexes": [self.partition]}]},
+            )
+        except BrokerConnectionError:
+            await cluster.forget(conn)
+            raise
+        last_seq: int | None = None
+        for t in response.topics:
+            for p in t.partitions:
+                if int(p.partition_index) != self.partition:
+                    continue
+                code = ErrorCode.from_wire(int(p.error_code))
+                if code is not ErrorCode.NONE:
+                    if code in STALE_METADATA_CODES:
+                        await self.agent.refresh_topic(self.topic)
+                    raise broker_error(code, context="DescribeProducers")
+                for state in p.active_producers:
+                    if (
+                        int(state.producer_id) == self.producer_id
+                        and int(state.producer_epoch) == self.producer_epoch
+                    ):
+                        last_seq = int(state.last_sequence)
+        if last_seq is None:
+            # No state: nothing of ours there (or it expired: the documented window).
+            return 0 if next_seq == 0 else -1
+        held = (last_seq - next_seq + 1) % SEQ_MOD
+        pending = self.queue.durable_n - n
+        if held == 0:
+            return 0
+        if held > pending:
+            return -1  # last_seq is before next_seq - 1
+        target_pos, target_n = self.queue.locate(pos, n, n + held)
+        if target_n != n + held:
+            return -1
+        _log.info(
+            "%s-%d: the broker already holds %d in-doubt event(s); not sending them again",
+            self.topic,
+            self.partition,
+            held,
+        )
+        self.duplicates_avoided += held
+        self.delivered += held
+        await self._commit(target_pos, target_n, (next_seq + held) % SEQ_MOD)
+        self.history.append((n, held, -1))
+        if self.callbacks:
+            self.agent.run_callbacks(self, n, held, -1)
+        return held
+
+    # ------------------------------------------------------------------ queries
+
+    def offset_of(self, number: int) -> tuple[str, int]:
+        """("pending" | "delivered" | "unknown", offset or -1) of entry ``number``."""
+        for first, end in self.queue.dropped_ranges:
+            if first <= number < end:
+                return "dropped", -1
+        if number >= self.n:
+            if number < self.queue.durable_n:
+                return "pending", -1
+            return "unknown", -1
+        for first, count, base in reversed(self.history):
+            if first <= number < first + count:
+                return "delivered", (base + number - first) if base >= 0 else -1
+            if first + count <= number:
+                break
+        return "delivered", -1
+
+    def status(self) -> dict[str, Any]:
+        q = self.queue
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "depth": q.depth(),
+            "bytes": q.used_bytes,
+            "oldest_age_s": round(q.oldest_age(), 3),
+            "appended": q.appended,
+            "delivered": self.delivered,
+            "batches": self.batches,
+            "duplicates_avoided": self.duplicates_avoided,
+            "dropped": q.dropped,
+            "rejected": self.rejected,
+            "corrupt": q.corrupt,
+            "fsyncs": q.fsyncs,
+            "retries": self.retries,
+            "producer_id": self.producer_id,
+            "last_error": self.last_error,
+            "time": time.time(),
+        }

@@ -1,0 +1,91 @@
+"""The agent's Unix socket protocol: size-prefixed frames, pipelined, answered by request id.
+
+Request (big-endian)::
+
+    size u32 (bytes after this field) | op u8 | request_id u32 | payload
+
+    SEND   (1): topic_len u16 | topic | partition i32 (-1: the partitioner) | record body
+                (:mod:`tidelog.agent.event`)
+    QUERY  (2): topic_len u16 | topic | partition i32 | number u64
+    STATUS (3): nothing
+
+Response::
+
+    size u32 | request_id u32 | status u8 | payload
+
+    status 0 (ok):   SEND   -> partition i32 | number u64      (the event is durable)
+                     QUERY  -> state u8 (0 pending, 1 delivered, 2 dropped, 3 unknown) |
+                               offset i64 (-1 when not known)
+                     STATUS -> JSON, UTF-8
+    status 1 (error), 2 (queue full), 3 (bad request): message, UTF-8
+
+A client may send any number of requests before reading answers; answers to SENDs of one
+partition come in request order, others may overtake them. The server closes a connection
+whose frame is larger than :data:`MAX_FRAME` or cannot be parsed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from tidelog.agent.errors import EventFormatError
+
+OP_SEND = 1
+OP_QUERY = 2
+OP_STATUS = 3
+
+OK = 0
+ERROR = 1
+QUEUE_FULL = 2
+BAD_REQUEST = 3
+
+STATES = ("pending", "delivered", "dropped", "unknown")
+
+MAX_FRAME = 64 * 1024 * 1024
+
+REQUEST_HEAD = struct.Struct(">IBI")
+RESPONSE_HEAD = struct.Struct(">IIB")
+SEND_ACK = struct.Struct(">iQ")
+QUERY_ANSWER = struct.Struct(">Bq")
+_TOPIC_LEN = struct.Struct(">H")
+_PARTITION = struct.Struct(">i")
+_NUMBER = struct.Struct(">Q")
+
+
+def encode_request(op: int, request_id: int, payload: bytes) -> bytes:
+    return REQUEST_HEAD.pack(5 + len(payload), op, request_id) + payload
+
+
+def encode_topic_partition(topic: str, partition: int) -> bytes:
+    raw = topic.encode("utf-8")
+    return _TOPIC_LEN.pack(len(raw)) + raw + _PARTITION.pack(partition)
+
+
+def encode_response(request_id: int, status: int, payload: bytes) -> bytes:
+    return RESPONSE_HEAD.pack(5 + len(payload), request_id, status) + payload
+
+
+def parse_topic_partition(payload: memoryview) -> tuple[str, int, int]:
+    """(topic, partition, bytes consumed) at the start of a SEND or QUERY payload."""
+    if len(payload) < 2:
+        raise EventFormatError("request too short for a topic")
+    (length,) = _TOPIC_LEN.unpack_from(payload, 0)
+    if length == 0 or 2 + length + 4 > len(payload):
+        raise EventFormatError("bad topic length")
+    try:
+        topic = bytes(payload[2 : 2 + length]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise EventFormatError("topic is not UTF-8") from None
+    (partition,) = _PARTITION.unpack_from(payload, 2 + length)
+    return topic, partition, 2 + length + 4
+
+
+def parse_number(payload: memoryview, at: int) -> int:
+    if len(payload) != at + 8:
+        raise EventFormatError("QUERY needs exactly one event number")
+    (number,) = _NUMBER.unpack_from(payload, at)
+    return int(number)
+
+
+def encode_number(number: int) -> bytes:
+    return _NUMBER.pack(number)

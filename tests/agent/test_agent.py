@@ -1,0 +1,213 @@
+"""The agent in-process and as a socket server, against a real `tidelog serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_helpers import add_partitions, create_topic, read_topic
+from interop_broker import BrokerProcess, free_port
+
+from tidelog.agent import (
+    Agent,
+    AgentClient,
+    AgentServer,
+    AsyncAgentClient,
+    EventId,
+    EventTooLargeError,
+    QueueFullError,
+)
+from tidelog.agent.queue import CURSOR_SLOT, Cursor
+from tidelog.client.partitioner import partition_for_key
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_in_process_delivery_offsets_and_key_partitioning(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 3)
+    delivered: dict[EventId, int] = {}
+    with Agent({"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}) as agent:
+        ids = [
+            agent.send(
+                topic,
+                b"value-%d" % i,
+                key=b"key-%d" % (i % 11),
+                headers=[("n", b"%d" % i)],
+                on_delivery=lambda e, o: delivered.__setitem__(e, o),
+            )
+            for i in range(300)
+        ]
+        assert agent.flush(30)
+        wait_for(lambda: len(delivered) == 300)
+        records = read_topic(broker.bootstrap, topic, 3)
+        by_value = {v: (p, off, k) for p, rs in records.items() for off, k, v in rs}
+        assert sum(len(rs) for rs in records.values()) == 300
+        for i, event in enumerate(ids):
+            p, offset, key = by_value[b"value-%d" % i]
+            assert key == b"key-%d" % (i % 11)
+            assert event.partition == p == partition_for_key(key, 3)
+            assert delivered[event] == offset
+            assert agent.delivery(event) == ("delivered", offset)
+        status = {(s["topic"], s["partition"]): s for s in agent.status()}
+        assert sum(s["delivered"] for s in status.values()) == 300
+        assert all(s["depth"] == 0 for s in status.values())
+
+
+def test_null_keys_stick_to_one_partition_and_topics_are_auto_created(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    topic = topic_name()  # not created: the broker creates it on the agent's request
+    with Agent({"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}) as agent:
+        ids = [agent.send(topic, b"x%d" % i) for i in range(50)]
+        assert len({e.partition for e in ids}) == 1
+        assert [e.number for e in ids] == list(range(50))
+        assert agent.flush(30)
+        count = agent.partition_count(topic)
+        assert count is not None
+    records = read_topic(broker.bootstrap, topic, count)
+    assert [v for _, _, v in records[ids[0].partition]] == [b"x%d" % i for i in range(50)]
+
+
+def test_partition_growth_is_picked_up(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 2)
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "data.dir": str(tmp_path / "a"),
+        "metadata.max.age.ms": 200,
+    }
+    with Agent(config) as agent:
+        agent.send(topic, b"first", key=b"k")
+        assert agent.partition_count(topic) == 2
+        add_partitions(broker.bootstrap, topic, 4)
+        wait_for(lambda: agent.partition_count(topic) == 4)
+        ids = [agent.send(topic, b"v%d" % i, key=b"key%d" % i) for i in range(40)]
+        assert {e.partition for e in ids} >= {2, 3}
+        assert agent.flush(30)
+    records = read_topic(broker.bootstrap, topic, 4)
+    assert sum(len(r) for r in records.values()) == 41
+
+
+def test_resend_after_a_lost_cursor_is_recognised(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """A crash after the broker's ack but before the read position was persisted: the
+    restarted sender must find, through DescribeProducers, that the broker has the events."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    config = {"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}
+    with Agent(config) as agent:
+        for chunk in range(10):
+            agent.send_many(topic, [(None, b"e%d" % (chunk * 20 + i)) for i in range(20)])
+        assert agent.flush(30)
+        producer_id = agent.status()[0]["producer_id"]
+    cursor_path = tmp_path / "a" / "queues" / f"{topic}-0" / "cursor"
+    raw = cursor_path.read_bytes()
+    slots = [Cursor.unpack(raw[i * CURSOR_SLOT : (i + 1) * CURSOR_SLOT]) for i in range(2)]
+    newest = max((c for c in slots if c is not None), key=lambda c: c.generation)
+    # Back to "nothing acknowledged", same producer: as if no cursor write had reached disk.
+    stale = Cursor(newest.generation + 1, 0, 0, 0, 0, 0, producer_id, 0)
+    data = bytearray(raw)
+    slot = (stale.generation % 2) * CURSOR_SLOT
+    data[slot : slot + CURSOR_SLOT] = stale.pack()
+    cursor_path.write_bytes(bytes(data))
+    with Agent(config) as agent:
+        assert agent.flush(30)
+        [status] = agent.status()
+        assert status["duplicates_avoided"] == 200
+        assert status["producer_id"] == producer_id
+        agent.send(topic, b"after")
+        assert agent.flush(30)
+    records = read_topic(broker.bootstrap, topic, 1)
+    assert [v for _, _, v in records[0]] == [b"e%d" % i for i in range(200)] + [b"after"]
+
+
+def test_full_queue_policies_without_a_cluster(tmp_path: Path) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    base = {"bootstrap.servers": dead, "queue.max.bytes": 4096, "retry.backoff.ms": 50}
+    with Agent({**base, "data.dir": str(tmp_path / "r"), "queue.full.policy": "reject"}) as agent:
+        with pytest.raises(QueueFullError):
+            for _ in range(1000):
+                agent.send("t", b"x" * 100, partition=0)
+        assert agent.status()[0]["depth"] > 0
+        with pytest.raises(EventTooLargeError, match=r"max\.request\.size"):
+            agent.send("t", b"x" * 2_000_000, partition=0)
+    config = {**base, "data.dir": str(tmp_path / "d"), "queue.full.policy": "drop-oldest"}
+    with Agent(config) as agent:
+        ids = [agent.send("t", b"%05d" % i + b"x" * 95, partition=0) for i in range(1000)]
+        assert [e.number for e in ids] == list(range(1000))
+        [status] = agent.status()
+        assert status["dropped"] > 0
+        assert status["depth"] + status["dropped"] == 1000
+        assert agent.delivery(ids[0]).state == "dropped"
+        assert agent.delivery(ids[-1]).state == "pending"
+
+
+def test_socket_round_trip_sync_async_and_status(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 2)
+    sock = tmp_path / "agent.sock"
+    agent = Agent({"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")})
+    server = AgentServer(agent, sock)
+    server.start_sync()
+    try:
+        with AgentClient(sock) as client:
+            first = client.send(topic, b"one", key=b"a", headers=[("h", None)])
+            assert first.partition == partition_for_key(b"a", 2)
+            many = client.send_many(topic, [(b"a", b"v%d" % i) for i in range(500)])
+            assert [e.number for e in many] == list(range(first.number + 1, first.number + 501))
+
+            async def async_sends() -> list[EventId]:
+                aclient = await AsyncAgentClient.connect(sock)
+                try:
+                    return list(
+                        await asyncio.gather(
+                            *(aclient.send(topic, b"async%d" % i, key=b"b") for i in range(100))
+                        )
+                    )
+                finally:
+                    await aclient.close()
+
+            async_ids = asyncio.run(async_sends())
+            assert len({e.number for e in async_ids}) == 100
+            wait_for(lambda: client.delivery(many[-1]).state == "delivered")
+            wait_for(lambda: client.delivery(async_ids[-1]).state == "delivered")
+            assert client.delivery(first).offset == 0
+            with pytest.raises(Exception, match="refused"):
+                client._request(1, b"\x00\x01t\x00\x00\x00\x00garbage").result(10)
+            status = client.status()["queues"]
+            assert sum(q["delivered"] for q in status) == 601
+        out = subprocess.run(
+            [sys.executable, "-m", "tidelog", "agent", "status", "--socket", str(sock)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert out.splitlines()[0].split()[:3] == ["TOPIC", "PARTITION", "DEPTH"]
+        assert topic in out
+    finally:
+        server.stop_sync()
+        agent.close()
+    records = read_topic(broker.bootstrap, topic, 2)
+    values = [v for rs in records.values() for _, _, v in rs]
+    assert len(values) == len(set(values)) == 601

@@ -1,0 +1,271 @@
+"""The disk queue on its own: format, recovery, cursor, group commit, full-queue policies."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.agent.errors import EventFormatError, QueueFullError
+from tidelog.agent.event import check_body, decode_body, encode_body
+from tidelog.agent.queue import CURSOR_SLOT, ENTRY_SIZE, DiskQueue
+
+
+def body(i: int, size: int = 20) -> bytes:
+    return encode_body(b"k%d" % i, (b"v%d-" % i).ljust(size, b"."), None, 1000 + i)
+
+
+def read_all(queue: DiskQueue) -> list[tuple[int, bytes]]:
+    pos, n = queue.start_of_next_read()
+    out = []
+    while True:
+        entries = queue.read(pos, n, 1 << 16)
+        if not entries:
+            # Damaged data moves the queue's skip position, as the sender would see it.
+            skip = queue.start_of_next_read()
+            if skip[0] > pos:
+                pos, n = skip
+                continue
+            return out
+        for e in entries:
+            out.append((e.number, bytes(e.body)))
+        last = entries[-1]
+        pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+
+
+def segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.q"))
+
+
+def test_append_read_across_segments(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    bodies = [body(i, 100) for i in range(200)]
+    for i in range(0, 200, 10):
+        assert q.append(bodies[i : i + 10]) == i
+    assert len(segments(tmp_path / "q")) > 3
+    assert read_all(q) == list(enumerate(bodies))
+    q.close()
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    assert q.write_n == 200
+    assert read_all(q) == list(enumerate(bodies))
+    assert q.append([body(200)]) == 200
+    q.close()
+
+
+def test_torn_tail_is_cut(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q")
+    q.append([body(i) for i in range(5)])
+    q.close()
+    seg = segments(tmp_path / "q")[-1]
+    size = seg.stat().st_size
+    full = encode_body(None, b"never acknowledged", None, 0)
+    with seg.open("ab") as f:
+        # A header and half a body: what a crash in the middle of a write leaves.
+        f.write((len(full)).to_bytes(4, "big") + b"\0\0\0\0" + (5).to_bytes(8, "big") + full[:7])
+    q = DiskQueue.open(tmp_path / "q")
+    assert q.truncated_bytes == ENTRY_SIZE + 7
+    assert seg.stat().st_size == size
+    assert [n for n, _ in read_all(q)] == [0, 1, 2, 3, 4]
+    assert q.append([body(5)]) == 5
+    assert read_all(q)[-1] == (5, body(5))
+    q.close()
+
+
+def test_crc_damage_in_newest_segment_cuts_from_there(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q")
+    q.append([body(i) for i in range(10)])
+    q.close()
+    seg = segments(tmp_path / "q")[-1]
+    data = bytearray(seg.read_bytes())
+    entry = len(data) // 10
+    data[6 * entry + ENTRY_SIZE + 3] ^= 0x40  # a bit flip in entry 6's body
+    seg.write_bytes(bytes(data))
+    q = DiskQueue.open(tmp_path / "q")
+    assert [n for n, _ in read_all(q)] == [0, 1, 2, 3, 4, 5]
+    assert q.write_n == 6
+    q.close()
+
+
+def test_crc_damage_in_older_segment_skips_it_and_counts(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    q.append([body(i, 100) for i in range(100)])
+    q.close()
+    first = segments(tmp_path / "q")[0]
+    data = bytearray(first.read_bytes())
+    data[ENTRY_SIZE + 2] ^= 0x01  # entry 0
+    first.write_bytes(bytes(data))
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    numbers = [n for n, _ in read_all(q)]
+    assert q.corrupt == 1
+    second_first = int(segments(tmp_path / "q")[1].stem.split("-")[1])
+    assert numbers == list(range(second_first, 100))
+    q.close()
+
+
+def test_cursor_persists_and_survives_a_torn_slot(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q")
+    q.append([body(i) for i in range(10)])
+    entries = q.read(0, 0, 1 << 16)
+    third = entries[3]
+    q.commit(third.position, 3, 17, 42, 0)
+    seventh = entries[7]
+    q.commit(seventh.position, 7, 21, 42, 0)
+    generation = q.cursor.generation
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")
+    c = q.cursor
+    assert (c.read_pos, c.read_n, c.next_seq, c.producer_id, c.producer_epoch) == (
+        seventh.position,
+        7,
+        21,
+        42,
+        0,
+    )
+    assert [n for n, _ in read_all(q)] == [7, 8, 9]
+    q.close()
+    # Damage the newest slot: the previous commit is what remains.
+    path = tmp_path / "q" / "cursor"
+    raw = bytearray(path.read_bytes())
+    raw[(generation % 2) * CURSOR_SLOT + 10] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    q = DiskQueue.open(tmp_path / "q")
+    assert (q.cursor.read_n, q.cursor.next_seq) == (3, 17)
+    q.close()
+
+
+def test_delivered_segments_are_deleted(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    q.append([body(i, 100) for i in range(100)])
+    before = len(segments(tmp_path / "q"))
+    q.commit(q.durable_pos, q.durable_n, 100, 1, 0)
+    assert len(segments(tmp_path / "q")) == 1 < before
+    assert q.depth() == 0
+    q.close()
+
+
+def test_group_commit_shares_one_fsync(tmp_path: Path) -> None:
+    calls: list[int] = []
+    first_sync_started = threading.Event()
+    release = threading.Event()
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            first_sync_started.set()
+            release.wait(10)
+        os.fdatasync(fd)
+
+    q = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    done: list[int] = []
+    first = threading.Thread(target=lambda: done.append(q.append([body(0)])))
+    first.start()
+    assert first_sync_started.wait(10)
+    # While the first sync runs, 20 writers arrive; they must all share the next one.
+    writers = [
+        threading.Thread(target=lambda i=i: done.append(q.append([body(i)]))) for i in range(1, 21)
+    ]
+    for w in writers:
+        w.start()
+    while q.write_n < 21:
+        threading.Event().wait(0.001)
+    release.set()
+    for w in [first, *writers]:
+        w.join(10)
+    assert sorted(done) == list(range(21))
+    assert len(calls) == 2
+    assert q.fsyncs == 2
+    q.close()
+
+
+def test_reject_policy_raises_and_keeps_what_fits(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", max_bytes=2000, policy="reject")
+    accepted = 0
+    with pytest.raises(QueueFullError, match=r"queue\.max\.bytes"):
+        for i in range(100):
+            q.append([body(i, 100)])
+            accepted += 1
+    assert 0 < accepted < 100
+    assert [n for n, _ in read_all(q)] == list(range(accepted))
+    q.close()
+
+
+def test_block_policy_waits_for_delivery(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", max_bytes=2000, policy="block")
+    while q.used_bytes + ENTRY_SIZE + len(body(0, 100)) <= 2000:
+        q.append([body(q.write_n, 100)])
+    full_at = q.write_n
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (q.append([body(full_at, 100)]), done.set()))
+    t.start()
+    assert not done.wait(0.2)
+    # The sender acknowledges everything so far: the blocked writer gets its space.
+    q.commit(q.durable_pos, q.durable_n, 0, 1, 0)
+    assert done.wait(10)
+    t.join()
+    assert [n for n, _ in read_all(q)] == [full_at]
+    q.close()
+
+
+def test_drop_oldest_policy_counts_and_keeps_newest(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", max_bytes=40_000, segment_bytes=8192, policy="drop-oldest")
+    for i in range(2000):
+        q.append([body(i, 100)])
+    numbers = [n for n, _ in read_all(q)]
+    assert numbers[-1] == 1999
+    assert numbers == list(range(numbers[0], 2000))
+    assert q.dropped == numbers[0] > 0
+    # The budget holds up to one segment of overshoot.
+    total = sum(p.stat().st_size for p in segments(tmp_path / "q"))
+    assert total <= 40_000 + 8192
+    q.close()
+    q = DiskQueue.open(tmp_path / "q", max_bytes=40_000, segment_bytes=8192, policy="drop-oldest")
+    assert [n for n, _ in read_all(q)] == numbers
+    q.close()
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.binary(max_size=30),
+            st.none() | st.binary(max_size=200),
+            st.lists(
+                st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=20)), max_size=3
+            ),
+            st.integers(min_value=-(2**63), max_value=2**63 - 1),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_bodies_round_trip_through_the_queue(
+    tmp_path_factory: pytest.TempPathFactory,
+    events: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
+) -> None:
+    directory = tmp_path_factory.mktemp("q")
+    q = DiskQueue.open(directory, segment_bytes=4096)
+    bodies = [encode_body(k, v, h, ts) for k, v, h, ts in events]
+    q.append(bodies)
+    q.close()
+    q = DiskQueue.open(directory, segment_bytes=4096)
+    stored = read_all(q)
+    q.close()
+    assert [b for _, b in stored] == bodies
+    for (k, v, h, ts), (_, raw) in zip(events, stored, strict=True):
+        assert check_body(raw) == k
+        assert decode_body(raw) == (ts, k, v, h)
+
+
+@given(st.binary(max_size=64))
+def test_garbage_bodies_raise_the_agents_error(data: bytes) -> None:
+    try:
+        check_body(data)
+    except EventFormatError:
+        return
+    # Accepted: it must then decode to something that encodes back to the same bytes.
+    ts, k, v, h = decode_body(data)
+    assert encode_body(k, v, h, ts) == data

@@ -1,0 +1,166 @@
+"""The sender's answers to the broker's idempotence errors, against a scripted broker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tidelog.agent.agent import parse_agent_config
+from tidelog.agent.event import encode_body
+from tidelog.agent.queue import DiskQueue
+from tidelog.agent.sender import Sender
+from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.records import decode_records, parse_header
+
+
+class ScriptedBroker:
+    """Answers Produce with the next scripted error code (NONE when the script is empty),
+    InitProducerId with fresh ids, DescribeProducers with ``last_sequence``."""
+
+    def __init__(self, produce_codes: list[ErrorCode]) -> None:
+        self.produce_codes = produce_codes
+        self.produced: list[bytes] = []
+        self.next_id = 100
+        self.last_sequence: dict[int, int] = {}
+        self.offset = 0
+
+    # the Connection and ClusterClient surface the sender uses
+    metadata = SimpleNamespace(topic_id=lambda topic: None)
+
+    def version(self, api_key: int) -> int:
+        return 9
+
+    def supports(self, api_key: int) -> bool:
+        return True
+
+    async def leader_connection(self, topic: str, partition: int) -> ScriptedBroker:
+        return self
+
+    async def any_connection(self) -> ScriptedBroker:
+        return self
+
+    async def forget(self, conn: object) -> None:
+        pass
+
+    async def call(self, api_key: int, values: dict[str, Any], version: int | None = None) -> Any:
+        if api_key == ApiKey.INIT_PRODUCER_ID:
+            self.next_id += 1
+            return SimpleNamespace(error_code=0, producer_id=self.next_id, producer_epoch=0)
+        if api_key == ApiKey.DESCRIBE_PRODUCERS:
+            states = [
+                SimpleNamespace(producer_id=pid, producer_epoch=0, last_sequence=seq)
+                for pid, seq in self.last_sequence.items()
+            ]
+            part = SimpleNamespace(partition_index=0, error_code=0, active_producers=states)
+            return SimpleNamespace(topics=[SimpleNamespace(partitions=[part])])
+        assert api_key == ApiKey.PRODUCE
+        data = values["topic_data"][0]["partition_data"][0]["records"]
+        code = self.produce_codes.pop(0) if self.produce_codes else ErrorCode.NONE
+        base = -1
+        if code is ErrorCode.NONE:
+            header = parse_header(data)
+            self.produced.append(data)
+            self.last_sequence[header.producer_id] = header.base_sequence + header.last_offset_delta
+            base = self.offset
+            self.offset += header.last_offset_delta + 1
+        part = SimpleNamespace(index=0, error_code=int(code), base_offset=base)
+        return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
+
+
+class FakeAgent:
+    def __init__(self, broker: ScriptedBroker) -> None:
+        self.config = parse_agent_config(
+            {
+                "bootstrap.servers": "127.0.0.1:1",
+                "data.dir": "x",
+                "linger.ms": 0,
+                "retry.backoff.ms": 1,
+            }
+        )
+        self.cluster = broker
+
+    async def refresh_topic(self, topic: str) -> None:
+        pass
+
+    def run_callbacks(self, *args: object) -> None:
+        pass
+
+
+async def deliver(sender: Sender, until: int) -> None:
+    sender.start()
+    while sender.queue.cursor.read_n < until:
+        await asyncio.sleep(0.005)
+    await sender.stop()
+
+
+def fill(directory: Path, count: int) -> DiskQueue:
+    queue = DiskQueue.open(directory)
+    queue.append([encode_body(None, b"e%d" % i, None, 1) for i in range(count)])
+    return queue
+
+
+def values(broker: ScriptedBroker) -> list[bytes | None]:
+    return [r.value for data in broker.produced for r in decode_records(data)]
+
+
+def test_unknown_producer_id_takes_a_new_id_and_restarts_sequences(tmp_path: Path) -> None:
+    broker = ScriptedBroker([ErrorCode.NONE, ErrorCode.UNKNOWN_PRODUCER_ID])
+    queue = fill(tmp_path / "q", 3)
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    sender.batch_size = 1  # one event per batch
+    asyncio.run(deliver(sender, 3))
+    headers = [parse_header(d) for d in broker.produced]
+    assert [(h.producer_id, h.base_sequence) for h in headers] == [(101, 0), (102, 0), (102, 1)]
+    assert values(broker) == [b"e0", b"e1", b"e2"]
+    queue.close()
+    reopened = DiskQueue.open(tmp_path / "q")
+    assert (reopened.cursor.producer_id, reopened.cursor.next_seq) == (102, 2)
+    reopened.close()
+
+
+def test_out_of_order_sequence_is_resolved_with_describe_producers(tmp_path: Path) -> None:
+    """The broker already holds the first two events of the batch (a resend after a crash
+    with other batch boundaries): only the rest is sent, under the same producer id."""
+    broker = ScriptedBroker([ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER])
+    queue = fill(tmp_path / "q", 5)
+    queue.commit(0, 0, 0, 7, 0)
+    broker.last_sequence[7] = 1
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    sender.must_resolve = False  # the crash check is what this test leaves out
+    asyncio.run(deliver(sender, 5))
+    assert values(broker) == [b"e2", b"e3", b"e4"]
+    assert parse_header(broker.produced[0]).base_sequence == 2
+    assert sender.duplicates_avoided == 2
+    queue.close()
+
+
+def test_restart_skips_what_the_broker_already_holds(tmp_path: Path) -> None:
+    broker = ScriptedBroker([])
+    queue = fill(tmp_path / "q", 10)
+    queue.commit(0, 0, 0, 7, 0)
+    broker.last_sequence[7] = 5  # events 0..5 arrived before the crash
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    assert sender.must_resolve
+    asyncio.run(deliver(sender, 10))
+    assert values(broker) == [b"e%d" % i for i in range(6, 10)]
+    assert sender.duplicates_avoided == 6
+    queue.close()
+
+
+def test_a_gap_on_the_broker_takes_a_new_producer(tmp_path: Path) -> None:
+    """The broker's last sequence is behind ours (it lost acknowledged batches): nothing
+    can be matched, so the sender continues under a new producer id from sequence 0."""
+    broker = ScriptedBroker([ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER])
+    queue = fill(tmp_path / "q", 2)
+    queue.commit(0, 0, 50, 7, 0)
+    broker.last_sequence[7] = 10
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    sender.must_resolve = False
+    asyncio.run(deliver(sender, 2))
+    assert [
+        (parse_header(d).producer_id, parse_header(d).base_sequence) for d in broker.produced
+    ] == [(101, 0)]
+    assert values(broker) == [b"e0", b"e1"]
+    queue.close()
