@@ -10,9 +10,8 @@ Each Spark task writes its rows with one :class:`tidelog.client.Producer` (``ack
 ``kafka.acks`` says otherwise), waits for every acknowledgement before returning its commit
 message, and fails the task if any record failed. Spark retries failed tasks and re-runs
 micro-batches after a crash, so delivery is at least once: a record can be written twice,
-never lost once its batch committed. The client has no idempotent producer yet, so a retried
-produce request can also duplicate a record; a partition has at most one request in flight,
-so order within a partition is kept.
+never lost once its batch committed. The producer is idempotent (the client's default), so
+its own retries within a task neither duplicate nor reorder records.
 """
 
 from __future__ import annotations
