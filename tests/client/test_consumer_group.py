@@ -390,6 +390,10 @@ class Recorder(RebalanceListener):
         self.consumer[0].commit()
         self.events.append(("revoked", [tp.partition for tp in partitions]))
 
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        # No commit: the partitions may belong to another member already.
+        self.events.append(("lost", [tp.partition for tp in partitions]))
+
 
 def test_cooperative_sticky_revokes_only_the_partitions_that_move(bootstrap: str) -> None:
     topic, group = f"cgc-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -497,3 +501,45 @@ def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(
         other.close()
         if restarted is not None:
             restarted.close()
+
+
+def test_a_member_cut_off_from_its_coordinator_declares_its_partitions_lost(
+    tmp_path: Path,
+) -> None:
+    # A broker of its own: this test freezes it (SIGSTOP), as a hung or partitioned
+    # coordinator would look to the member: connections stay open, nothing is answered.
+    serve = _Serve(tmp_path)
+    bootstrap = serve.bootstrap
+    topic, group = f"cgd-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    consumer: Consumer | None = None
+    try:
+        make_topic(bootstrap, topic, 2)
+        produce(bootstrap, topic, 10, 2)
+        consumer = Consumer(group_config(bootstrap, group, **{"request.timeout.ms": 2000}))
+        recorder = Recorder([consumer])
+        consumer.subscribe([topic], listener=recorder)
+        seen: list[Any] = []
+        poll_until([consumer], lambda: len(seen) == 10, sink=seen)
+        assert [kind for kind, _ in recorder.events] == ["assigned"]
+
+        serve.proc.send_signal(signal.SIGSTOP)
+        try:
+            frozen_at = time.monotonic()
+            poll_until([consumer], lambda: any(kind == "lost" for kind, _ in recorder.events))
+            # Not before the session could have expired at the coordinator.
+            assert time.monotonic() - frozen_at >= SESSION_MS / 1000 * 0.9
+        finally:
+            serve.proc.send_signal(signal.SIGCONT)
+        assert recorder.events[-1] == ("lost", [0, 1])
+
+        # Back in the group once the coordinator answers again; nothing was committed, so
+        # the member reads from the beginning and then the records written since.
+        produce(bootstrap, topic, 10, 2, start=10)
+        again: list[Any] = []
+        poll_until([consumer], lambda: len({r.value for _, r in again}) == 20, sink=again)
+        assert {r.value for _, r in again} == {f"v{i}".encode() for i in range(20)}
+        assert recorder.events[-1] == ("assigned", [0, 1])
+    finally:
+        if consumer is not None:
+            consumer.close()
+        serve.stop()

@@ -24,6 +24,13 @@ Pieces:
   group (a static member only stops heartbeating, as Kafka's consumer does) and marks the
   partitions lost; the next poll joins again.
 
+  When no heartbeat has been answered for ``session.timeout.ms`` (the coordinator is down or
+  unreachable), the coordinator has expired this member by now, or will before it can answer:
+  the member declares itself out of the group, its partitions ``lost`` (another member may be
+  consuming them already, so they must not be committed for), forgets the coordinator and
+  joins again — the member keeps its id, which the coordinator refuses with UNKNOWN_MEMBER_ID
+  if it did expire it. Any answer, even an error, proves the coordinator alive.
+
 States: UNJOINED -> JOINING -> STABLE; any failure or leave goes back to UNJOINED. The member's
 generation and id are those of the last successful SyncGroup.
 """
@@ -46,6 +53,7 @@ from tidelog.client.errors import (
     BrokerConnectionError,
     ClientClosedError,
     ClientError,
+    RequestTimeoutError,
     broker_error,
 )
 from tidelog.client.groups import (
@@ -124,6 +132,9 @@ class Channel(Protocol):
         timeout_ms: int | None = None,
         deadline: float | None = None,
     ) -> Any: ...
+
+    async def mark_dead(self) -> None:
+        """Forget the coordinator: the next call looks it up again."""
 
     async def close(self) -> None: ...
 
@@ -251,7 +262,9 @@ class CoordinatorLink:
             except ClientError as exc:
                 if isinstance(exc, ClientClosedError) or self._closed:
                     raise
-                lost = isinstance(exc, BrokerConnectionError)
+                # An unanswered request counts as a lost coordinator too: it may be hung or
+                # cut off, and the next lookup may find another one.
+                lost = isinstance(exc, (BrokerConnectionError, RequestTimeoutError))
                 if not lost and exc.code not in COORDINATOR_RETRY_CODES:
                     raise
                 await self.mark_dead()
@@ -296,6 +309,9 @@ class GroupMembership:
         self.lost = False
         self.error: ClientError | None = None
         self.poll_timed_out = False
+        # When the coordinator last answered a heartbeat (or completed the join): the member
+        # declares itself out of the group once this is session.timeout.ms old.
+        self._last_answer = time.monotonic()
         # What the last assignment this member made as leader was based on.
         self.group_topics: frozenset[str] = frozenset()
         self.assigned_counts: dict[str, int] = {}
@@ -440,6 +456,7 @@ class GroupMembership:
                 self.state = State.STABLE
                 self.need_rejoin = False
                 self.lost = False
+                self._last_answer = time.monotonic()
                 self.ensure_heartbeat()
                 return list(assignment.partitions)
             if code is ErrorCode.UNKNOWN_MEMBER_ID:
@@ -518,6 +535,8 @@ class GroupMembership:
                 self.poll_timed_out = True
                 await self.leave("consumer poll timeout has expired")
                 continue
+            if await self._session_expired():
+                continue
             generation, member_id = self.generation, self.member_id
             try:
                 response = await self.channel.call(
@@ -533,6 +552,7 @@ class GroupMembership:
             except ClientError as exc:
                 log.debug("group %r: heartbeat failed: %s", self.group_id, exc)
                 continue
+            self._last_answer = time.monotonic()
             if self.state is not State.STABLE or (generation, member_id) != (
                 self.generation,
                 self.member_id,
@@ -550,6 +570,21 @@ class GroupMembership:
                 self.error = broker_error(code, context=f"group {self.group_id!r}")
             elif code is not ErrorCode.NONE:
                 log.warning("group %r: heartbeat answered %s", self.group_id, code.name)
+
+    async def _session_expired(self) -> bool:
+        """Out of the group after ``session.timeout.ms`` without an answer (module docstring)."""
+        session_ms = self.config["session.timeout.ms"]
+        if time.monotonic() - self._last_answer < session_ms / 1000:
+            return False
+        log.warning(
+            "group %r: no heartbeat answered for session.timeout.ms (%d ms); "
+            "partitions lost, joining again",
+            self.group_id,
+            session_ms,
+        )
+        self.reset(forget_member=False)
+        await self.channel.mark_dead()
+        return True
 
     # -- leaving -------------------------------------------------------------------------------
 

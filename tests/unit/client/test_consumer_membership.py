@@ -17,6 +17,7 @@ import pytest
 from tidelog.client.aio.consumer import AIOConsumer
 from tidelog.client.assignors import assignors_for
 from tidelog.client.config import parse_config
+from tidelog.client.errors import BrokerConnectionError
 from tidelog.client.groups import OffsetAndMetadata, decode_assignment, decode_subscription
 from tidelog.client.membership import (
     CommitFailedError,
@@ -64,6 +65,9 @@ class FakeCoordinator:
         }
         self.calls: list[tuple[ApiKey, dict[str, Any]]] = []
         self.heartbeat_error: ErrorCode | None = None
+        # The coordinator is unreachable: heartbeats fail as a lost connection does.
+        self.unreachable = False
+        self.forgotten = 0
         self._ids = itertools.count(1)
 
     async def call(
@@ -90,6 +94,9 @@ class FakeCoordinator:
         if check is not None:
             check(response)
         return response
+
+    async def mark_dead(self) -> None:
+        self.forgotten += 1
 
     async def close(self) -> None:
         pass
@@ -176,6 +183,8 @@ class FakeCoordinator:
         return SimpleNamespace(error_code=0, assignment=data)
 
     async def _heartbeat(self, v: Mapping[str, Any]) -> Any:
+        if self.unreachable:
+            raise BrokerConnectionError("connection to the coordinator lost")
         if self.heartbeat_error is not None:
             code = self.heartbeat_error
         elif v["member_id"] not in self.members:
@@ -320,6 +329,23 @@ async def test_heartbeat_outcomes_become_flags_for_the_next_poll() -> None:
     fake.heartbeat_error = ErrorCode.FENCED_INSTANCE_ID
     await settle(lambda: m.error is not None)
     assert m.error is not None and m.error.code is ErrorCode.FENCED_INSTANCE_ID
+    await m.close()
+
+
+@synchronous
+async def test_no_heartbeat_answer_within_the_session_timeout_means_partitions_lost() -> None:
+    fake = FakeCoordinator()
+    m = membership(fake, **{"session.timeout.ms": 200, "heartbeat.interval.ms": 20})
+    await m.join(["t"], [])
+    await asyncio.sleep(0.3)  # answered heartbeats keep the member in for longer than a session
+    assert m.state is State.STABLE and not m.lost and fake.forgotten == 0
+    fake.unreachable = True
+    await settle(lambda: m.state is State.UNJOINED)
+    assert m.lost and m.need_rejoin and fake.forgotten == 1
+    assert m.member_id == "member-1"  # kept: the coordinator says if it expired it
+    fake.unreachable = False
+    await m.join(["t"], [])
+    assert m.state is State.STABLE and not m.lost and m.member_id == "member-1"
     await m.close()
 
 

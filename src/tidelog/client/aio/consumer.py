@@ -431,7 +431,18 @@ class AIOConsumer:
             await self._wait(self._join_task, deadline)
         if self._join_task.done():
             task, self._join_task = self._join_task, None
-            await self._finish_join(task.result())
+            try:
+                assigned = task.result()
+            except ClientError as exc:
+                if not exc.retriable:
+                    raise
+                # The coordinator stayed out of reach for the whole join: the next poll
+                # tries again, as Kafka's consumer keeps trying while it polls.
+                log.warning("group %r: joining failed, will retry: %s", self.group_id, exc)
+                membership.state = State.UNJOINED
+                membership.need_rejoin = True
+                return
+            await self._finish_join(assigned)
 
     async def _finish_join(self, assigned: list[TopicPartition]) -> None:
         membership = self._membership
@@ -564,6 +575,10 @@ class AIOConsumer:
     async def _fetch_from(self, leader: int, tps: list[TopicPartition], max_wait_ms: int) -> None:
         c = self.config
         conn = await self.cluster.connection(leader)
+        # Connecting took a while: the partitions may have been revoked, lost or moved by now.
+        tps = [tp for tp in tps if self._positions.get(tp) is not None]
+        if not tps:
+            return
         version = conn.version(ApiKey.FETCH)
         ids = {tp.topic: self.cluster.metadata.topic_id(tp.topic) for tp in tps}
         if version >= 13 and None in ids.values():
