@@ -11,9 +11,23 @@ both; the clock stops when ``flush()`` returns (the broker acknowledged the last
 two clients alternate for ``--rounds`` rounds and the best round of each is reported, so that
 neither is judged on a moment when the machine was busy elsewhere.
 
+Consumer section: one topic of ``--partitions`` partitions is filled once (by
+confluent-kafka's producer, ``--messages`` values of ``--record-size`` bytes, no key, no
+compression); then each client reads it from the beginning to the end, alternating for
+``--rounds`` rounds, best round reported. Neither joins a group: each assigns every partition
+at its earliest offset (confluent-kafka needs a ``group.id`` to exist, a fresh one per round,
+but with ``assign()`` and no commits no group is joined). Ours is the synchronous
+``tidelog.client.Consumer`` calling ``poll(timeout, max_records=10_000)``; confluent-kafka
+calls ``consume(num_messages=10_000, timeout=...)``, never asking for more records than
+remain. Both count every record and add up the lengths of the values, so that each does the
+work of touching every record; the sum must come out at ``messages * record_size``. Fetch
+sizes are both clients' defaults (50 MB per fetch, 1 MB per partition); librdkafka's prefetch
+queue is made deeper (as in ``broker_bench.py``) so that its one-second backoff on a full queue
+does not slow it down. The clock runs from ``assign()`` to the last record.
+``consumer_ratio`` = ours / confluent-kafka.
+
 Sections are entries of ``SECTIONS``: a function taking the bench context and returning a
-dict of figures; more (the consumer) are added there. The last line of output is one JSON
-object with every figure.
+dict of figures. The last line of output is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -169,8 +183,153 @@ def producer_section(ctx: Context) -> dict[str, Any]:
     }
 
 
+# -- consumer ----------------------------------------------------------------------------------
+
+# Records asked for per poll()/consume() call, the same for both clients.
+POLL_RECORDS = 10_000
+# A read that sees no record for this long has stalled (an error, not a figure).
+STALL_SECONDS = 30.0
+
+
+def fill_topic(ctx: Context, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    value = os.urandom(ctx.record_size)
+    failed = 0
+
+    def delivered(error: Any, _: Any) -> None:
+        nonlocal failed
+        if error is not None:
+            failed += 1
+
+    producer = Producer(
+        {
+            "bootstrap.servers": ctx.bootstrap,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "acks": "all",
+            "queue.buffering.max.messages": max(ctx.messages + 10, 100_000),
+            "queue.buffering.max.kbytes": 2_097_151,
+            "on_delivery": delivered,
+        }
+    )
+    for i in range(ctx.messages):
+        producer.produce(topic, value)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left or failed:
+        raise RuntimeError(f"filling {topic}: {left + failed} records not delivered")
+
+
+def _check_read(ctx: Context, name: str, count: int, total: int) -> None:
+    if count != ctx.messages or total != ctx.messages * ctx.record_size:
+        ctx.errors.append(
+            f"{name} consumer: read {count} records / {total} value bytes, "
+            f"expected {ctx.messages} / {ctx.messages * ctx.record_size}"
+        )
+
+
+def consume_tidelog(ctx: Context, topic: str) -> float:
+    from tidelog.client import Consumer, TopicPartition
+
+    expected = ctx.messages
+    count = total = 0
+    config = {"bootstrap.servers": ctx.bootstrap, "auto.offset.reset": "earliest"}
+    with Consumer(config) as consumer:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for(topic)]
+        poll = consumer.poll
+        start = last_progress = time.perf_counter()
+        consumer.assign(partitions)
+        while count < expected:
+            records = poll(1.0, max_records=min(POLL_RECORDS, expected - count))
+            for record in records:
+                total += len(record.value)
+            count += len(records)
+            now = time.perf_counter()
+            if records:
+                last_progress = now
+            elif now - last_progress > STALL_SECONDS:
+                break
+        elapsed = time.perf_counter() - start
+    _check_read(ctx, "tidelog", count, total)
+    return count / elapsed
+
+
+def consume_confluent(ctx: Context, topic: str) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    expected = ctx.messages
+    count = total = 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ctx.bootstrap,
+            "group.id": f"client-bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "queued.min.messages": 1_000_000,
+            "queued.max.messages.kbytes": 262_144,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = [
+            TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.topics[topic].partitions
+        ]
+        consume = consumer.consume
+        start = last_progress = time.perf_counter()
+        consumer.assign(partitions)
+        while count < expected:
+            # consume() waits out its timeout for a full batch: never ask for more than remain.
+            messages = consume(num_messages=min(POLL_RECORDS, expected - count), timeout=1.0)
+            for message in messages:
+                if message.error() is not None:
+                    ctx.errors.append(f"confluent-kafka consumer: {message.error()}")
+                    continue
+                count += 1
+                total += len(message.value())
+            now = time.perf_counter()
+            if messages:
+                last_progress = now
+            elif now - last_progress > STALL_SECONDS:
+                break
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    _check_read(ctx, "confluent-kafka", count, total)
+    return count / elapsed
+
+
+def consumer_section(ctx: Context) -> dict[str, Any]:
+    topic = create_topic(ctx.bootstrap, ctx.partitions)
+    fill_topic(ctx, topic)
+    best = {"tidelog": 0.0, "confluent-kafka": 0.0}
+    for round_number in range(1, ctx.rounds + 1):
+        for name, run in (("confluent-kafka", consume_confluent), ("tidelog", consume_tidelog)):
+            rate = run(ctx, topic)
+            print(f"  round {round_number} {name:16} {rate:12,.0f} msg/s", flush=True)
+            best[name] = max(best[name], rate)
+    ratio = best["tidelog"] / best["confluent-kafka"] if best["confluent-kafka"] else 0.0
+    mb = ctx.record_size / 1e6
+    print(
+        f"consumer, {ctx.record_size} B records: tidelog {best['tidelog']:,.0f} msg/s "
+        f"({best['tidelog'] * mb:.1f} MB/s), confluent-kafka {best['confluent-kafka']:,.0f} "
+        f"msg/s ({best['confluent-kafka'] * mb:.1f} MB/s), consumer_ratio {ratio:.2f}x",
+        flush=True,
+    )
+    return {
+        "tidelog_msg_per_s": round(best["tidelog"]),
+        "confluent_kafka_msg_per_s": round(best["confluent-kafka"]),
+        "consumer_ratio": round(ratio, 3),
+        "record_size": ctx.record_size,
+        "messages": ctx.messages,
+    }
+
+
 SECTIONS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "producer": producer_section,
+    "consumer": consumer_section,
 }
 
 

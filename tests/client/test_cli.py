@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +169,181 @@ def test_errors_are_one_line_with_nonzero_status(
     assert status == 2 and "expected key=value" in err
     status, _, err = _run(capsys, "topics", "list", "--bootstrap-server", "127.0.0.1:1")
     assert status == 1 and err.startswith("tidelog topics list: ") and "NETWORK_EXCEPTION" in err
+
+
+# -- tidelog perf consume ----------------------------------------------------------------------
+
+SUMMARY_HEADER = (
+    "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+    "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
+)
+MIB = 1024 * 1024
+
+
+def _fill(bootstrap: str, topic: str, partitions: int, count: int) -> int:
+    """``count`` records with keys and values of varied sizes (some null); their bytes."""
+    from tidelog.client import Admin, NewTopic, Producer
+
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    nbytes = 0
+    with Producer({"bootstrap.servers": bootstrap, "linger.ms": 2}) as producer:
+        futures = []
+        for i in range(count):
+            key = None if i % 3 == 0 else b"k%d" % i
+            value = None if i % 7 == 0 else b"v" * (i % 120)
+            nbytes += len(key or b"") + len(value or b"")
+            futures.append(producer.send(topic, value, key=key))
+        assert producer.flush(30) == 0
+        assert all(f.exception() is None for f in futures)
+    return nbytes
+
+
+def _perf_consume(bootstrap: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).parent / "tidelog"), "perf", "consume"]
+    return subprocess.run(
+        [*command, "--bootstrap-server", bootstrap, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _summary(stdout: str) -> list[str]:
+    fields = stdout.splitlines()[-1].split(", ")
+    assert len(fields) == 10, stdout
+    return fields
+
+
+def test_perf_consume_reads_exactly_the_records_asked_for(broker, topic_name: str) -> None:
+    nbytes = _fill(broker.bootstrap, topic_name, 3, 3000)
+    done = _perf_consume(
+        broker.bootstrap, "--topic", topic_name, "--messages", "3000", "--reporting-interval", "50"
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == SUMMARY_HEADER and len(lines) == 2
+    fields = _summary(done.stdout)
+    assert fields[4] == "3000"
+    assert fields[2] == f"{nbytes / MIB:.4f}"
+    assert fields[6] == "0"  # no group, no rebalance
+    assert fields[0] <= fields[1]  # start and end times, same format, same day
+    assert all(
+        re.fullmatch(
+            r"\d+ records consumed, [\d.]+ records/sec \([\d.]+ MB/sec\), \d+ of 3000 in total\.",
+            line,
+        )
+        for line in done.stderr.splitlines()
+    ), done.stderr
+
+    # Fewer than exist: exactly that many, the rest stays.
+    done = _perf_consume(
+        broker.bootstrap, "--topic", topic_name, "--messages", "1234", "--hide-header"
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 1 and _summary(done.stdout)[4] == "1234"
+
+
+def test_perf_consume_in_a_group_resumes_where_it_committed(broker, topic_name: str) -> None:
+    _fill(broker.bootstrap, topic_name, 2, 1000)
+    group = f"perf-{topic_name}"
+    first = _perf_consume(
+        broker.bootstrap,
+        "--topic",
+        topic_name,
+        "--messages",
+        "600",
+        "--group",
+        group,
+        "--show-detailed-stats",
+        "--reporting-interval",
+        "20",
+    )
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    detailed_header = "time, threadId" + SUMMARY_HEADER.split("end.time")[1]
+    assert lines[0] == detailed_header
+    assert lines[-2] == SUMMARY_HEADER
+    rows = [line.split(", ") for line in lines[1:-2]]
+    assert rows and all(len(row) == 10 and row[1] == "0" for row in rows)
+    assert [int(row[4]) for row in rows] == sorted(int(row[4]) for row in rows)
+    assert rows[-1][4] == "600"  # cumulative count of the last interval
+    assert _summary(first.stdout)[4] == "600"
+    assert int(_summary(first.stdout)[6]) >= 0
+    assert first.stderr == ""  # detailed rows replace the progress lines
+    # The group committed 600 on leaving: the other 400 remain for it, no more.
+    rest = _perf_consume(
+        broker.bootstrap,
+        "--topic",
+        topic_name,
+        "--messages",
+        "401",
+        "--group",
+        group,
+        "--timeout",
+        "4000",  # counted from the start, so it covers the broker's initial rebalance delay
+        "--hide-header",
+    )
+    assert rest.returncode == 1
+    assert rest.stderr.splitlines()[-1] == (
+        "tidelog perf consume: only 400 of 401 records arrived: none came for 4000 ms (--timeout)"
+    )
+    assert _summary(rest.stdout)[4] == "400"
+
+
+def test_perf_consume_gives_up_after_the_timeout(broker, topic_name: str) -> None:
+    _fill(broker.bootstrap, topic_name, 1, 10)
+    done = _perf_consume(
+        broker.bootstrap, "--topic", topic_name, "--messages", "20", "--timeout", "1000"
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "tidelog perf consume: only 10 of 20 records arrived: none came for 1000 ms (--timeout)"
+    )
+    assert _summary(done.stdout)[4] == "10"
+    # From the end: the ten records already there do not count.
+    done = _perf_consume(
+        broker.bootstrap,
+        "--topic",
+        topic_name,
+        "--messages",
+        "1",
+        "--timeout",
+        "1000",
+        "--from-latest",
+    )
+    assert done.returncode == 1 and "only 0 of 1 records arrived" in done.stderr
+
+
+def test_perf_consume_bad_flags_are_one_line_errors(
+    broker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bs = ("--bootstrap-server", broker.bootstrap)
+    for flags, message in (
+        (("--messages", "0"), "--messages must be positive"),
+        (("--messages", "5", "--timeout", "-1"), "--timeout must be positive"),
+        (("--messages", "5", "--reporting-interval", "0"), "--reporting-interval must be positive"),
+        (("--messages", "5", "--consumer-property", "oops"), "expected key=value"),
+    ):
+        status, out, err = _run(capsys, "perf", "consume", *bs, "--topic", "t", *flags)
+        assert status == 2 and out == ""
+        assert err.startswith("tidelog perf consume: ") and message in err
+        assert err.count("\n") == 1
+    status, _, err = _run(
+        capsys,
+        "perf",
+        "consume",
+        *bs,
+        "--topic",
+        "t",
+        "--messages",
+        "5",
+        "--consumer-property",
+        "no.such.property=1",
+    )
+    assert status == 1 and err.startswith("tidelog perf consume: ") and err.count("\n") == 1
+    status, _, err = _run(
+        capsys, "perf", "consume", *bs, "--topic", "no-such-topic-for-perf", "--messages", "5"
+    )
+    assert status == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in err and err.count("\n") == 1

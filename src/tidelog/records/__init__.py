@@ -48,6 +48,7 @@ from tidelog.records.reader import (
     check_records,
     decode_columns,
     decode_records,
+    decode_rows,
     iter_records,
     records_block,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "compute_crc",
     "decode_columns",
     "decode_records",
+    "decode_rows",
     "decompress",
     "encode_control_key",
     "encode_end_txn_marker_value",

@@ -35,7 +35,7 @@ invalid bytes, as the Java client does.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from tidelog.records.batch import (
     HEADER_SIZE,
@@ -51,6 +51,7 @@ MIN_RECORD_SIZE = 7
 
 Headers = tuple[tuple[str, bytes | None], ...]
 Buffer = bytes | bytearray | memoryview
+RowT = TypeVar("RowT", bound=tuple[Any, ...])
 
 
 class Record(NamedTuple):
@@ -125,7 +126,12 @@ def _parse(
     data: bytes,
     header: BatchHeader,
     pos: int,
-) -> Iterator[Record]:
+    row_type: type[tuple[Any, ...]] | None = None,
+    topic: str = "",
+    partition: int = -1,
+) -> Iterator[Any]:
+    """Records of the batch: :class:`Record` s, or with ``row_type`` rows of that tuple type
+    holding (topic, partition, offset, timestamp, key, value, headers)."""
     count = header.record_count
     size = len(data)
     if count > size // MIN_RECORD_SIZE:
@@ -183,12 +189,17 @@ def _parse(
                 else:
                     zz, p = uvarint(data, p + 1, 10)
             timestamp = max_timestamp if log_append_time else base_timestamp + (zz >> 1 ^ -(zz & 1))
-            # offset delta
+            # offset delta: two bytes from the 65th record of a batch on
             zz = data[p]
             if zz < 0x80:
                 p += 1
             else:
-                zz, p = uvarint(data, p, 5)
+                b = data[p + 1]
+                if b < 0x80:
+                    zz = (zz & 0x7F) | (b << 7)
+                    p += 2
+                else:
+                    zz, p = uvarint(data, p, 5)
             delta = (zz >> 1) ^ -(zz & 1)
             if delta <= previous_delta or delta > last_offset_delta:
                 raise CorruptBatchError(
@@ -260,9 +271,15 @@ def _parse(
                     f"record {index} of batch at position {pos} declares length {length} "
                     f"but its fields take {length + p - end}"
                 )
-            yield new(
-                record_type, (base_offset + delta, timestamp, key, value, headers, attributes)
-            )
+            if row_type is None:
+                yield new(
+                    record_type, (base_offset + delta, timestamp, key, value, headers, attributes)
+                )
+            else:
+                yield new(
+                    row_type,
+                    (topic, partition, base_offset + delta, timestamp, key, value, headers),
+                )
     except IndexError:
         raise CorruptBatchError(
             f"record {index} of batch at position {pos} runs past the end of the records block"
@@ -469,6 +486,24 @@ def decode_records(
     """Every record of the batch at ``pos``; all or nothing (see :func:`iter_records`)."""
     header, data = _prepare(buf, pos, header, verify_crc, max_size, max_decompressed_size)
     return list(_parse(data, header, pos))
+
+
+def decode_rows(
+    buf: Buffer,
+    pos: int,
+    row_type: type[RowT],
+    topic: str,
+    partition: int,
+    *,
+    header: BatchHeader | None = None,
+    verify_crc: bool = True,
+    max_decompressed_size: int | None = None,
+) -> list[RowT]:
+    """Every record of the batch at ``pos`` as a ``row_type`` tuple of (topic, partition,
+    offset, timestamp, key, value, headers), built directly: a consumer's record type costs
+    no intermediate :class:`Record` per record. All or nothing, as :func:`decode_records`."""
+    header, data = _prepare(buf, pos, header, verify_crc, None, max_decompressed_size)
+    return list(_parse(data, header, pos, row_type, topic, partition))
 
 
 def decode_columns(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from typing import NamedTuple
 
 import pytest
 from crc32c import crc32c
@@ -24,6 +25,7 @@ from tidelog.records.reader import (
     Record,
     decode_columns,
     decode_records,
+    decode_rows,
     iter_records,
     records_block,
 )
@@ -72,6 +74,18 @@ def vector_builder() -> BatchBuilder:
     builder.append(b"k", b"v", [("h", b"x"), ("n", None)], timestamp=1000)
     builder.append(None, None, timestamp=5000)
     return builder
+
+
+class Row(NamedTuple):
+    """A caller's record type for decode_rows."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
 
 
 def test_vector_crc_is_the_crc32c_of_attributes_to_end() -> None:
@@ -286,6 +300,9 @@ def test_round_trip(spec: dict, codec: Compression) -> None:  # type: ignore[typ
     ]
     assert decode_records(data) == expected
     assert list(iter_records(data)) == expected
+    rows = decode_rows(data, 0, Row, "t", 3)
+    assert rows == [Row("t", 3, r.offset, r.timestamp, r.key, r.value, r.headers) for r in expected]
+    assert all(type(row) is Row for row in rows)
 
 
 @settings(max_examples=60, deadline=None)
@@ -335,6 +352,7 @@ ENTRY_POINTS = [
     lambda b: decode_records(b),
     lambda b: list(iter_records(b)),
     lambda b: decode_columns(b),
+    lambda b: decode_rows(b, 0, Row, "t", 0),
     lambda b: records_block(b),
     lambda b: decode_records(b, verify_crc=False),
 ]
@@ -386,3 +404,16 @@ def test_header_keys_with_invalid_utf8_are_replaced() -> None:
     record = bytes.fromhex("1400000001010204ff4101")
     (decoded,) = decode_records(forged(record, 1))
     assert decoded.headers == (("\ufffdA", None),)
+
+
+def test_offset_deltas_of_two_and_three_bytes_decode() -> None:
+    # Deltas from 64 take two varint bytes and from 8192 three: each length is read right.
+    builder = BatchBuilder(base_offset=100)
+    for i in range(9000):
+        builder.append(None, b"%d" % i, timestamp=1)
+    data = builder.close()
+    records = decode_records(data)
+    assert [r.offset for r in records] == list(range(100, 9100))
+    assert [r.value for r in records] == [b"%d" % i for i in range(9000)]
+    rows = decode_rows(data, 0, Row, "t", 0)
+    assert [row.offset for row in rows] == list(range(100, 9100))
