@@ -120,7 +120,7 @@ def produce_tidelog(ctx: Context, topic: str) -> float:
     return ctx.messages / elapsed
 
 
-def produce_confluent(ctx: Context, topic: str) -> float:
+def produce_confluent(ctx: Context, topic: str, *, warm_up: bool = True) -> float:
     from confluent_kafka import Producer
 
     value = os.urandom(ctx.record_size)
@@ -143,8 +143,9 @@ def produce_confluent(ctx: Context, topic: str) -> float:
             "on_delivery": delivered,
         }
     )
-    producer.produce(topic, b"warm-up")
-    producer.flush(30)
+    if warm_up:  # connections and metadata are ready before the clock starts
+        producer.produce(topic, b"warm-up")
+        producer.flush(30)
     produce = producer.produce
     poll = producer.poll
     start = time.perf_counter()
@@ -159,28 +160,41 @@ def produce_confluent(ctx: Context, topic: str) -> float:
     return ctx.messages / elapsed
 
 
-def producer_section(ctx: Context) -> dict[str, Any]:
-    best = {"tidelog": 0.0, "confluent-kafka": 0.0}
+Run = Callable[[Context, str], float]
+
+
+def compare(
+    ctx: Context, what: str, ratio_name: str, runs: dict[str, Run], topic: Callable[[], str]
+) -> dict[str, Any]:
+    """Best msg/s of each client over the rounds (alternating, on ``topic()``), and the ratio."""
+    best = dict.fromkeys(runs, 0.0)
     for round_number in range(1, ctx.rounds + 1):
-        for name, run in (("confluent-kafka", produce_confluent), ("tidelog", produce_tidelog)):
-            rate = run(ctx, create_topic(ctx.bootstrap, ctx.partitions))
+        for name, run in runs.items():
+            rate = run(ctx, topic())
             print(f"  round {round_number} {name:16} {rate:12,.0f} msg/s", flush=True)
             best[name] = max(best[name], rate)
     ratio = best["tidelog"] / best["confluent-kafka"] if best["confluent-kafka"] else 0.0
     mb = ctx.record_size / 1e6
     print(
-        f"producer, {ctx.record_size} B records: tidelog {best['tidelog']:,.0f} msg/s "
+        f"{what}, {ctx.record_size} B records: tidelog {best['tidelog']:,.0f} msg/s "
         f"({best['tidelog'] * mb:.1f} MB/s), confluent-kafka {best['confluent-kafka']:,.0f} "
-        f"msg/s ({best['confluent-kafka'] * mb:.1f} MB/s), ratio {ratio:.2f}x",
+        f"msg/s ({best['confluent-kafka'] * mb:.1f} MB/s), {ratio_name} {ratio:.2f}x",
         flush=True,
     )
     return {
         "tidelog_msg_per_s": round(best["tidelog"]),
         "confluent_kafka_msg_per_s": round(best["confluent-kafka"]),
-        "ratio": round(ratio, 3),
+        ratio_name: round(ratio, 3),
         "record_size": ctx.record_size,
         "messages": ctx.messages,
     }
+
+
+def producer_section(ctx: Context) -> dict[str, Any]:
+    runs = {"confluent-kafka": produce_confluent, "tidelog": produce_tidelog}
+    return compare(
+        ctx, "producer", "ratio", runs, lambda: create_topic(ctx.bootstrap, ctx.partitions)
+    )
 
 
 # -- consumer ----------------------------------------------------------------------------------
@@ -192,34 +206,11 @@ STALL_SECONDS = 30.0
 
 
 def fill_topic(ctx: Context, topic: str) -> None:
-    from confluent_kafka import Producer
-
-    value = os.urandom(ctx.record_size)
-    failed = 0
-
-    def delivered(error: Any, _: Any) -> None:
-        nonlocal failed
-        if error is not None:
-            failed += 1
-
-    producer = Producer(
-        {
-            "bootstrap.servers": ctx.bootstrap,
-            "linger.ms": 5,
-            "batch.size": 1_000_000,
-            "acks": "all",
-            "queue.buffering.max.messages": max(ctx.messages + 10, 100_000),
-            "queue.buffering.max.kbytes": 2_097_151,
-            "on_delivery": delivered,
-        }
-    )
-    for i in range(ctx.messages):
-        producer.produce(topic, value)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    if left or failed:
-        raise RuntimeError(f"filling {topic}: {left + failed} records not delivered")
+    """``ctx.messages`` records into ``topic``, written by confluent-kafka's producer."""
+    errors = len(ctx.errors)
+    produce_confluent(ctx, topic, warm_up=False)
+    if len(ctx.errors) > errors:
+        raise RuntimeError(f"filling {topic}: {ctx.errors[-1]}")
 
 
 def _check_read(ctx: Context, name: str, count: int, total: int) -> None:
@@ -304,27 +295,8 @@ def consume_confluent(ctx: Context, topic: str) -> float:
 def consumer_section(ctx: Context) -> dict[str, Any]:
     topic = create_topic(ctx.bootstrap, ctx.partitions)
     fill_topic(ctx, topic)
-    best = {"tidelog": 0.0, "confluent-kafka": 0.0}
-    for round_number in range(1, ctx.rounds + 1):
-        for name, run in (("confluent-kafka", consume_confluent), ("tidelog", consume_tidelog)):
-            rate = run(ctx, topic)
-            print(f"  round {round_number} {name:16} {rate:12,.0f} msg/s", flush=True)
-            best[name] = max(best[name], rate)
-    ratio = best["tidelog"] / best["confluent-kafka"] if best["confluent-kafka"] else 0.0
-    mb = ctx.record_size / 1e6
-    print(
-        f"consumer, {ctx.record_size} B records: tidelog {best['tidelog']:,.0f} msg/s "
-        f"({best['tidelog'] * mb:.1f} MB/s), confluent-kafka {best['confluent-kafka']:,.0f} "
-        f"msg/s ({best['confluent-kafka'] * mb:.1f} MB/s), consumer_ratio {ratio:.2f}x",
-        flush=True,
-    )
-    return {
-        "tidelog_msg_per_s": round(best["tidelog"]),
-        "confluent_kafka_msg_per_s": round(best["confluent-kafka"]),
-        "consumer_ratio": round(ratio, 3),
-        "record_size": ctx.record_size,
-        "messages": ctx.messages,
-    }
+    runs = {"confluent-kafka": consume_confluent, "tidelog": consume_tidelog}
+    return compare(ctx, "consumer", "consumer_ratio", runs, lambda: topic)
 
 
 SECTIONS: dict[str, Callable[[Context], dict[str, Any]]] = {
