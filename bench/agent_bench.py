@@ -9,8 +9,10 @@ then times 100-byte events:
 * in-process ``Agent.send_many`` (1000 events per call);
 * over the Unix socket to a ``tidelog agent`` daemon process: ``AgentClient.send`` with 1 and 8 client threads, and pipelined
   ``AgentClient.send_many`` (1000 in flight, one write) from 1 and 8 clients;
+* in-process ``Agent.send`` with the cluster unreachable (nothing delivered meanwhile);
 * baselines: confluent-kafka ``produce()`` + ``flush()`` per event with acks=all against the
-  same broker, and ``os.write`` + ``os.fdatasync`` per event on the same disk.
+  same broker, and ``os.write`` + ``os.fdatasync`` per event on the same disk (measured twice:
+  first, and after the agent without delivery).
 
 Latency is per call (per event for one-event calls); p50/p99/p99.9 in microseconds. The last
 line is JSON with every figure. Figures, never pass/fail.
@@ -194,12 +196,31 @@ def main() -> None:
         if bootstrap is None:
             broker, bootstrap = start_broker(workdir)
         results: list[dict[str, Any]] = [bench_fdatasync(workdir, min(events, 5000))]
+        # The same sends with nothing delivered (the cluster unreachable): what the ack costs
+        # without the senders, the broker's own fsyncs and their CPU competing with it.
+        alone = Agent(
+            {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(workdir / "alone")}
+        )
+        try:
+            alone.send("bench", VALUE, partition=0)
+            results.append(
+                bench_single_calls(
+                    "in-process send, nothing delivered",
+                    1,
+                    events,
+                    lambda: alone.send("bench", VALUE, partition=0),
+                )
+            )
+        finally:
+            alone.close()
+        results.append(bench_fdatasync(workdir, min(events, 5000)))
         try:
             agent = Agent({"bootstrap.servers": bootstrap, "data.dir": str(workdir / "agent")})
             daemon = start_daemon(workdir, bootstrap)
             try:
                 topic = "bench"
-                agent.send(topic, VALUE)  # metadata and queue warm-up
+                agent.send(topic, VALUE)  # metadata and queue warm-up (parked, then moved)
+                agent.flush(30)
                 results.append(
                     bench_single_calls(
                         "in-process send", 1, events, lambda: agent.send(topic, VALUE)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.agent import queue as queue_module
 from tidelog.agent.errors import EventFormatError, QueueFullError
 from tidelog.agent.event import check_body, decode_body, encode_body
 from tidelog.agent.queue import CURSOR_SLOT, ENTRY_SIZE, DiskQueue
@@ -269,3 +270,40 @@ def test_garbage_bodies_raise_the_agents_error(data: bytes) -> None:
     # Accepted: it must then decode to something that encodes back to the same bytes.
     ts, k, v, h = decode_body(data)
     assert encode_body(k, v, h, ts) == data
+
+
+def test_offset_index_survives_reopen_and_rotates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_module, "OFFSET_INDEX_RECORDS", 10)
+    q = DiskQueue.open(tmp_path / "q")
+    q.append([body(i) for i in range(100)])
+    entries = q.read(0, 0, 1 << 20)
+    # Batches of 4 events acknowledged at offsets 1000, 1010, ...; one found already there.
+    for b in range(25):
+        end = entries[4 * b + 3]
+        base = -1 if b == 20 else 1000 + 10 * b
+        q.commit(
+            end.position + ENTRY_SIZE + len(end.body),
+            4 * b + 4,
+            0,
+            1,
+            0,
+            delivered=(4 * b, 4, base),
+        )
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")
+    # Two files of at most 10 records: the last 15-20 batches are answered.
+    assert q.delivered_offset(99) == 1000 + 10 * 24 + 3
+    assert q.delivered_offset(81) == -1
+    assert q.delivered_offset(4 * 15 + 1) == 1000 + 10 * 15 + 1
+    assert q.delivered_offset(0) is None
+    assert q.delivered_offset(100) is None
+    q.close()
+    # A torn record at the end of the index is cut, the rest kept.
+    index = tmp_path / "q" / "offsets"
+    index.write_bytes(index.read_bytes() + b"\x00\x01\x02")
+    q = DiskQueue.open(tmp_path / "q")
+    assert q.delivered_offset(99) == 1000 + 10 * 24 + 3
+    q.close()
+    assert index.stat().st_size % 24 == 0

@@ -5,6 +5,7 @@
     agent.lock              flock'ed while an agent runs on the directory
     topics.json             partition count per topic last seen (used while the cluster is away)
     queues/<topic>-<p>/     one disk queue per topic-partition (:mod:`tidelog.agent.queue`)
+    parked/<topic>/         events of a topic without metadata yet (:mod:`tidelog.agent.parking`)
 
 Threads: callers append from their own threads (:meth:`Agent.send`) or from the event loop
 (:meth:`Agent.submit`, used by the socket server); each queue's syncer thread runs the group
@@ -17,9 +18,11 @@ events without a key (the partition changes after ``batch.size`` bytes). The par
 a topic comes from metadata (refreshed every ``metadata.max.age.ms``, and after errors;
 partitions added to a topic are used from then on) and is remembered in ``topics.json`` so that
 a restarted agent accepts events for known topics while the cluster is unreachable. An event
-for a topic the agent has never seen waits (up to ``max.block.ms``) for metadata; with
-``allow.auto.create.topics`` the metadata request asks the broker to create the topic.
-Queues found on disk at start are opened and delivered before anything else happens.
+for a topic the agent has never seen is acknowledged at once from the topic's parked queue
+(event id with partition -1) and moved to its partition queue when the metadata arrives (with
+``allow.auto.create.topics`` the metadata request asks the broker to create the topic).
+Queues found on disk at start are opened and delivered, and moves a crash interrupted are
+finished, before anything else happens.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,7 +44,8 @@ from typing import Any, NamedTuple
 
 from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
 from tidelog.agent.event import Headers, encode_body
-from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn
+from tidelog.agent.parking import ParkedTopic
+from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
 from tidelog.agent.sender import Sender
 from tidelog.client.cluster import ClusterClient
 from tidelog.client.config import parse_config
@@ -47,6 +53,9 @@ from tidelog.client.errors import ClientError, ConfigError
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 
 _log = logging.getLogger(__name__)
+
+# Kafka's legal topic names; a parked queue's directory is named after its topic.
+_TOPIC = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
 
 
 class EventId(NamedTuple):
@@ -69,12 +78,19 @@ class EventId(NamedTuple):
             raise AgentError(f"{text!r} is not an event id (topic/partition/number)") from None
 
 
+def _call_with_id(callback: DeliveryCallback, event: EventId, _moved: EventId, offset: int) -> None:
+    # A parked event's callback gets the id its send returned, not its id after the move.
+    callback(event, offset)
+
+
 class Delivery(NamedTuple):
     """What the agent knows of an event: ``state`` is pending, delivered, dropped or unknown;
-    ``offset`` is its offset in the partition when known (else -1)."""
+    ``offset`` is its offset in the partition when known (else -1); ``partition`` the
+    partition it went to (-1 while a parked event has not moved)."""
 
     state: str
     offset: int
+    partition: int = -1
 
 
 DeliveryCallback = Callable[[EventId, int], None]
@@ -113,7 +129,6 @@ AGENT_KEYS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "queue.full.policy": ("block", _policy),
     "queue.segment.bytes": (16 * 1024 * 1024, _int),
     "retry.backoff.max.ms": (1000, _int),
-    "max.block.ms": (60_000, _int),
     "allow.auto.create.topics": (True, _bool),
 }
 
@@ -159,11 +174,12 @@ class Agent:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise AgentError(f"another agent runs on {self.data_dir}") from None
-        self._fsync = fsync
+        self.fsync = fsync
         self.on_delivery = on_delivery
         self._lock = threading.Lock()
         self._topics: dict[str, _Partitions] = self._load_topics()
         self._queues: dict[tuple[str, int], DiskQueue] = {}
+        self._parked: dict[str, ParkedTopic] = {}
         self._senders: dict[tuple[str, int], Sender] = {}
         self._sticky = StickyPartitioner()
         self._sticky_bytes: dict[str, int] = {}
@@ -177,6 +193,11 @@ class Agent:
             topic, _, partition = path.name.rpartition("-")
             if path.is_dir() and topic and partition.isdigit():
                 self._queue(topic, int(partition))
+        parked_dir = self.data_dir / "parked"
+        if parked_dir.is_dir():
+            for path in sorted(parked_dir.iterdir()):
+                if path.is_dir() and _TOPIC.fullmatch(path.name):
+                    self._open_parked(path.name)
 
     # ------------------------------------------------------------------ loop plumbing
 
@@ -270,24 +291,15 @@ class Agent:
             for topic in topics:
                 self._learn(topic)
 
-    async def _wait_topic(self, topic: str) -> _Partitions:
-        deadline = time.monotonic() + self.config["max.block.ms"] / 1000
-        delay = 0.05
-        while True:
-            known = self._topics.get(topic)
-            if known is not None:
-                return known
-            await self.refresh_topic(topic)
-            known = self._topics.get(topic)
-            if known is not None:
-                return known
-            if time.monotonic() + delay > deadline:
-                raise AgentError(
-                    f"topic {topic!r} is not known to the cluster after "
-                    f"{self.config['max.block.ms']} ms (max.block.ms)"
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+    def refresh_topic_sync(self, topic: str) -> None:
+        """Ask for ``topic``'s metadata from another thread (the parked queues' movers)."""
+        if self._closed:
+            return
+        with contextlib.suppress(Exception):
+            self._call(self.refresh_topic(topic), timeout=self.config["request.timeout.ms"] / 1000)
+
+    def known_partitions(self, topic: str) -> _Partitions | None:
+        return self._topics.get(topic)
 
     # ------------------------------------------------------------------ queues
 
@@ -308,7 +320,7 @@ class Agent:
                 max_bytes=self.config["queue.max.bytes"],
                 policy=self.config["queue.full.policy"],
                 max_entry_bytes=self.config["max.request.size"],
-                fsync=self._fsync,
+                fsync=self.fsync,
             )
             known = self._topics.get(topic)
             if known is None or known.count <= partition:
@@ -338,14 +350,69 @@ class Agent:
             self._sticky_bytes[topic] = total
         return partition
 
-    def _partitions_sync(self, topic: str) -> _Partitions:
-        known = self._topics.get(topic)
-        if known is not None:
-            return known
-        if threading.current_thread() is self._thread:
-            raise AgentError("Agent.send cannot be called from the agent's own loop")
-        result: _Partitions = self._call(self._wait_topic(topic))
-        return result
+    def assign_partitions(
+        self, topic: str, parts: _Partitions, items: Sequence[tuple[bytes | None, int]]
+    ) -> list[int]:
+        """The partition of each (key, body size): the key's hash, or the sticky partition
+        for events without a key. Per call, not per event: one sticky choice for the events
+        without a key (accounted for together afterwards) and one hash per distinct key."""
+        ignore_keys = self.config["partitioner.ignore.keys"]
+        sticky: int | None = None
+        sticky_bytes = 0
+        by_key: dict[bytes, int] = {}
+        out: list[int] = []
+        for key, size in items:
+            if key is None or ignore_keys:
+                if sticky is None:
+                    sticky = self._partition(topic, parts, None, 0)
+                out.append(sticky)
+                sticky_bytes += size
+            else:
+                p = by_key.get(key)
+                if p is None:
+                    p = by_key[key] = partition_for_key(key, parts.count)
+                out.append(p)
+        if sticky_bytes:
+            self._partition(topic, parts, None, sticky_bytes)
+        return out
+
+    def queue_for(self, topic: str, partition: int) -> DiskQueue:
+        return self._queue(topic, partition)
+
+    def sender_callbacks(self, topic: str, partition: int) -> dict[int, Any] | None:
+        sender = self._senders.get((topic, partition))
+        return None if sender is None else sender.callbacks
+
+    # ------------------------------------------------------------------ parked events
+
+    def _open_parked(self, topic: str) -> ParkedTopic:
+        parked = ParkedTopic(self, topic, self.data_dir / "parked" / topic)
+        self._parked[topic] = parked
+        parked.start()
+        return parked
+
+    def _parking(self, topic: str) -> ParkedTopic | None:
+        """The parked queue events of ``topic`` (without explicit partition) must go to, or
+        None when they go to the partition queues."""
+        parked = self._parked.get(topic)
+        if parked is not None and parked.active:
+            return parked
+        if topic in self._topics:
+            return None
+        if not _TOPIC.fullmatch(topic):
+            raise AgentError(f"{topic!r} is not a valid topic name")
+        with self._lock:
+            if self._closed:
+                raise AgentClosedError("the agent is closed")
+            parked = self._parked.get(topic)
+            if parked is not None and parked.active:
+                return parked
+            if topic in self._topics:
+                return None
+            if parked is not None:
+                # Drained earlier, and the topic is unknown again (topics.json was lost).
+                parked.close()
+            return self._open_parked(topic)
 
     # ------------------------------------------------------------------ sending
 
@@ -363,7 +430,11 @@ class Agent:
         """Store one event durably in its partition's queue; returns once it is on disk.
 
         ``on_delivery(event_id, offset)`` runs (on the agent's thread) once the broker has
-        acknowledged it (offset -1 when a resend after a crash found it already there).
+        acknowledged it (offset -1 when a resend after a crash found it already there), with
+        the id this call returned.
+
+        An event for a topic the cluster does not know yet is stored in the topic's parked
+        queue: its id has partition -1 until it moves (see :mod:`tidelog.agent.parking`).
 
         :raises QueueFullError: the queue is at ``queue.max.bytes`` with policy ``reject``.
         """
@@ -373,7 +444,11 @@ class Agent:
             key, value, headers, int(time.time() * 1000) if timestamp is None else timestamp
         )
         if partition is None:
-            partition = self._partition(topic, self._partitions_sync(topic), key, len(body))
+            parked = self._parking(topic)
+            if parked is not None:
+                with contextlib.suppress(QueueSealed):
+                    return self._park(parked, [body], on_delivery)[0]
+            partition = self._partition(topic, self._topics[topic], key, len(body))
         queue = self._queue(topic, partition)
         if on_delivery is None:
             number = queue.append([body])
@@ -390,14 +465,22 @@ class Agent:
     ) -> list[EventId]:
         """Store several (key, value) events with one group commit per partition."""
         now = int(time.time() * 1000)
+        bodies = [encode_body(key, value, None, now) for key, value in events]
+        if partition is None:
+            parked = self._parking(topic)
+            if parked is not None:
+                with contextlib.suppress(QueueSealed):
+                    return self._park(parked, bodies, None)
         by_queue: dict[int, list[tuple[int, bytes]]] = {}
-        parts = None if partition is not None else self._partitions_sync(topic)
-        for index, (key, value) in enumerate(events):
-            body = encode_body(key, value, None, now)
-            p = partition
-            if p is None:
-                assert parts is not None
-                p = self._partition(topic, parts, key, len(body))
+        if partition is None:
+            chosen = self.assign_partitions(
+                topic,
+                self._topics[topic],
+                [(k, len(b)) for (k, _), b in zip(events, bodies, strict=True)],
+            )
+        else:
+            chosen = [partition] * len(bodies)
+        for index, (p, body) in enumerate(zip(chosen, bodies, strict=True)):
             by_queue.setdefault(p, []).append((index, body))
         ids: list[EventId | None] = [None] * len(events)
         for p, items in by_queue.items():
@@ -406,6 +489,22 @@ class Agent:
             for offset, (index, _) in enumerate(items):
                 ids[index] = EventId(topic, p, first + offset)
         return [i for i in ids if i is not None]
+
+    def _park(
+        self, parked: ParkedTopic, bodies: list[bytes], callback: DeliveryCallback | None
+    ) -> list[EventId]:
+        topic = parked.topic
+
+        def numbered(first: int) -> None:
+            if callback is None:
+                return
+            for n in range(first, first + len(bodies)):
+                parked.callbacks[n] = functools.partial(
+                    _call_with_id, callback, EventId(topic, -1, n)
+                )
+
+        first = parked.queue.append(bodies, numbered=numbered)
+        return [EventId(topic, -1, first + i) for i in range(len(bodies))]
 
     def _append_with_callback(
         self,
@@ -470,32 +569,22 @@ class Agent:
         """
         if self._closed:
             raise AgentClosedError("the agent is closed")
-        parts = None
         if partition is None:
-            parts = self._topics.get(topic) or await self._wait_topic(topic)
+            parked = self._parking(topic)
+            if parked is not None:
+                try:
+                    await self._submit_parked(parked, items, done)
+                    return
+                except QueueSealed:
+                    pass
+            chosen = self.assign_partitions(
+                topic, self._topics[topic], [(k, len(b)) for k, b in items]
+            )
+        else:
+            chosen = [partition] * len(items)
         by_queue: dict[int, list[tuple[int, bytes | memoryview]]] = {}
-        # Per call, not per event: one sticky choice for the events without a key (accounted
-        # for together afterwards) and one hash per distinct key.
-        ignore_keys = self.config["partitioner.ignore.keys"]
-        sticky: int | None = None
-        sticky_bytes = 0
-        by_key: dict[bytes, int] = {}
-        for index, (key, body) in enumerate(items):
-            p = partition
-            if p is None:
-                assert parts is not None
-                if key is None or ignore_keys:
-                    if sticky is None:
-                        sticky = self._partition(topic, parts, None, 0)
-                    p = sticky
-                    sticky_bytes += len(body)
-                else:
-                    p = by_key.get(key)
-                    if p is None:
-                        p = by_key[key] = partition_for_key(key, parts.count)
+        for index, (p, (_, body)) in enumerate(zip(chosen, items, strict=True)):
             by_queue.setdefault(p, []).append((index, body))
-        if sticky_bytes and parts is not None:
-            self._partition(topic, parts, None, sticky_bytes)
         ids: list[EventId | None] = [None] * len(items)
         remaining = [len(by_queue)]
         failed: list[BaseException] = []
@@ -530,14 +619,49 @@ class Agent:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 0.05)
 
+    async def _submit_parked(
+        self,
+        parked: ParkedTopic,
+        items: Sequence[tuple[bytes | None, bytes | memoryview]],
+        done: Callable[[list[EventId] | BaseException], None],
+    ) -> None:
+        topic = parked.topic
+        count = len(items)
+
+        def finish(first: int, error: BaseException | None) -> None:
+            if error is not None:
+                done(error)
+            else:
+                done([EventId(topic, -1, first + i) for i in range(count)])
+
+        bodies = [b for _, b in items]
+        delay = 0.001
+        while True:
+            try:
+                parked.queue.submit(bodies, finish, wait=False)
+                return
+            except QueueFullError:
+                if parked.queue.policy != "block":
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
     # ------------------------------------------------------------------ queries
 
     def delivery(self, event: EventId) -> Delivery:
+        if event.partition < 0:
+            parked = self._parked.get(event.topic)
+            if parked is None:
+                return Delivery("unknown", -1)
+            state, where = parked.state_of(event.number)
+            if where is None:
+                return Delivery(state, -1)
+            event = EventId(event.topic, *where)
         sender = self._senders.get((event.topic, event.partition))
         if sender is None:
-            return Delivery("unknown", -1)
+            return Delivery("unknown", -1, event.partition)
         state, offset = sender.offset_of(event.number)
-        return Delivery(state, offset)
+        return Delivery(state, offset, event.partition)
 
     def partition_count(self, topic: str) -> int | None:
         """The partition count the agent uses for ``topic`` (None: not known yet)."""
@@ -545,13 +669,17 @@ class Agent:
         return None if known is None else known.count
 
     def status(self) -> list[dict[str, Any]]:
-        return [s.status() for _, s in sorted(self._senders.items())]
+        parked = [p.status() for _, p in sorted(self._parked.items())]
+        return parked + [s.status() for _, s in sorted(self._senders.items())]
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queue is delivered; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if all(q.depth() == 0 for q in list(self._queues.values())):
+            # Parked queues first: a move creates and fills the partition queue before the
+            # parked queue's depth drops, so the list taken afterwards has that queue.
+            parked_empty = all(p.queue.depth() == 0 for p in list(self._parked.values()))
+            if parked_empty and all(q.depth() == 0 for q in list(self._queues.values())):
                 return True
             if deadline is not None and time.monotonic() > deadline:
                 return False
@@ -562,6 +690,8 @@ class Agent:
             return
         self._closed = True
         self._refresher.cancel()
+        for parked in list(self._parked.values()):
+            parked.close()
 
         async def stop() -> None:
             for sender in list(self._senders.values()):

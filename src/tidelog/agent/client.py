@@ -74,8 +74,8 @@ def _decode(kind: int, topic: str, status: int, payload: bytes) -> Any:
         partition, number = SEND_ACK.unpack(payload)
         return EventId(topic, partition, number)
     if kind == OP_QUERY:
-        state, offset = QUERY_ANSWER.unpack(payload)
-        return Delivery(STATES[state], offset)
+        state, offset, partition = QUERY_ANSWER.unpack(payload)
+        return Delivery(STATES[state], offset, partition)
     return json.loads(payload)
 
 

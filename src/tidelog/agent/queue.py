@@ -35,15 +35,25 @@ sequence that entry gets, ``producer_*`` the idempotent producer of the queue. `
 marks entries dropped by the drop-oldest policy: the sender continues at ``max(read, skip)``
 once the batch it may have in flight at ``read`` is done.
 
+Offset index ``offsets`` (and ``offsets.old``): one record per batch the broker acknowledged,
+``first u64 | count u32 | base_offset i64 | crc u32``, written (not synced) before the cursor
+that makes the batch delivered; rotated at :data:`OFFSET_INDEX_RECORDS` records, so the last
+65,536-131,072 batches keep their offsets across restarts (docs/agent.md).
+
+A queue can be *sealed* (:meth:`DiskQueue.seal_if_moved`): a parked queue whose events have all
+moved refuses new ones with :class:`QueueSealed`, checked under the same lock as the append.
+
 Recovery (:meth:`DiskQueue.open`): segments wholly below the cursor are deleted; the newest
 segment is scanned entry by entry and cut at the first entry that is short, fails its CRC or
 does not carry the next number (a torn tail: only bytes whose append was never acknowledged).
 Damage found later, in data already synced, skips the rest of that segment and is counted as
-``corrupt``.
+``corrupt``. The newest segment is then fdatasync'ed: what a killed process wrote may still be
+only in the page cache, and the parked-event moves build on what recovery found.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import logging
@@ -75,6 +85,12 @@ CURSOR_SLOT = 64
 assert _CURSOR.size <= CURSOR_SLOT
 SEGMENT_SUFFIX = ".q"
 
+# The offset index: one record per acknowledged batch (see the module docstring).
+_OFFSET = struct.Struct(">QIqI")
+OFFSET_INDEX = "offsets"
+OFFSET_INDEX_OLD = "offsets.old"
+OFFSET_INDEX_RECORDS = 65_536
+
 FsyncFn = Callable[[int], None]
 Callback = Callable[[int, BaseException | None], None]
 
@@ -93,6 +109,10 @@ def encode_entry(number: int, body: bytes | memoryview) -> bytes:
     head = _LEN_NUMBER.pack(length, number)
     crc = crc32c(body, crc32c(head))
     return b"".join((ENTRY.pack(length, crc, number), body))
+
+
+class QueueSealed(Exception):
+    """The queue takes no more events (a parked queue whose events have all moved)."""
 
 
 @dataclass(slots=True)
@@ -202,6 +222,15 @@ class DiskQueue:
         # Entry-number ranges [from, to) dropped since the start, for event queries.
         self.dropped_ranges: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
         self._oldest_time: collections.deque[tuple[int, float]] = collections.deque()
+        # Entries below this number were there at start: their age comes from the entries.
+        self._recovered_n = 0
+        self.sealed = False
+        # Offset index of acknowledged batches: (first entry, count, base offset) sorted by
+        # first entry; the records of ``offsets.old`` and ``offsets``.
+        self._index_fd = -1
+        self._index_records = 0
+        self._delivered_first: list[int] = []
+        self._delivered: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ open / close
 
@@ -254,9 +283,11 @@ class DiskQueue:
             )
         self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
         self._fd_base = last.base
-        if self.durable_n > self.cursor.read_n:
-            # Ages of events from before the restart are counted from the restart.
-            self._oldest_time.append((self.durable_n, time.time()))
+        # What the scan found may still be only in the page cache (a crash of the process,
+        # not of the machine): make it durable before anything is built on it.
+        os.fdatasync(self._fd)
+        self._recovered_n = self.durable_n
+        self._load_index()
 
     def _scan_tail(self, seg: Segment) -> tuple[int, int]:
         """Check every entry of the newest segment; cut a torn tail. Returns (end, end_n)."""
@@ -319,12 +350,12 @@ class DiskQueue:
             self._space.notify_all()
         if self._syncer is not None:
             self._syncer.join()
-        for fd in (self._fd, self._cursor_fd, *self._read_fds.values()):
+        for fd in (self._fd, self._cursor_fd, self._index_fd, *self._read_fds.values()):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._read_fds.clear()
-        self._fd = self._cursor_fd = -1
+        self._fd = self._cursor_fd = self._index_fd = -1
 
     def _sync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)
@@ -351,7 +382,8 @@ class DiskQueue:
         are durable, ``callback(first, error)`` if the write failed.
 
         Returns ``first``, the entry number of the first body; ``numbered(first)`` runs under
-        the queue's lock, before the entries can become durable. When the budget is exhausted: policy
+        the queue's lock, before the entries are buffered (so before they can become durable);
+        if it raises, nothing is queued. When the budget is exhausted: policy
         ``block`` waits for space if ``wait`` and raises :class:`QueueFullError` otherwise,
         ``reject`` raises it, ``drop-oldest`` drops the oldest undelivered segment(s).
         """
@@ -369,6 +401,8 @@ class DiskQueue:
                     raise AgentClosedError("the queue is closed")
                 if self._failure is not None:
                     raise AgentClosedError(f"the queue failed: {self._failure}")
+                if self.sealed:
+                    raise QueueSealed(self.directory.name)
                 used = self.used_bytes
                 if used == 0 or used + size <= self.max_bytes:
                     break
@@ -386,6 +420,9 @@ class DiskQueue:
                     f"(queue.max.bytes); {len(bodies)} event(s) not accepted"
                 )
             first = self.write_n
+            if numbered is not None:
+                # Before anything is buffered: if it raises, the queue is unchanged.
+                numbered(first)
             number = first
             buffer = self._buffer
             for body in bodies:
@@ -405,12 +442,14 @@ class DiskQueue:
             self.write_n = number
             self.appended += len(bodies)
             self._callbacks.append((callback, first))
-            if numbered is not None:
-                numbered(first)
             self._pending.notify()
         return first
 
-    def append(self, bodies: Sequence[bytes | memoryview]) -> int:
+    def append(
+        self,
+        bodies: Sequence[bytes | memoryview],
+        numbered: Callable[[int], None] | None = None,
+    ) -> int:
         """Append and wait until durable; returns the first entry number."""
         done = threading.Event()
         errors: list[BaseException] = []
@@ -420,7 +459,7 @@ class DiskQueue:
                 errors.append(error)
             done.set()
 
-        first = self.submit(bodies, finished, wait=True)
+        first = self.submit(bodies, finished, wait=True, numbered=numbered)
         done.wait()
         if errors:
             raise AgentClosedError(f"the queue could not write the event: {errors[0]}")
@@ -600,10 +639,23 @@ class DiskQueue:
         return pos, n
 
     def commit(
-        self, pos: int, n: int, next_seq: int, producer_id: int, producer_epoch: int
+        self,
+        pos: int,
+        n: int,
+        next_seq: int,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        delivered: tuple[int, int, int] | None = None,
     ) -> None:
-        """Persist the read side: entries before ``pos`` are delivered (blocking, fsyncs)."""
+        """Persist the read side: entries before ``pos`` are delivered (blocking, fsyncs).
+
+        ``delivered`` is (first entry, count, base offset or -1) of the batch the broker
+        acknowledged, recorded in the offset index first.
+        """
         with self._lock:
+            if delivered is not None:
+                self._record_delivery(*delivered)
             c = self.cursor
             c.read_pos, c.read_n = pos, n
             if c.skip_pos <= pos:
@@ -643,6 +695,86 @@ class DiskQueue:
                 keep.append(seg)
         self.segments = keep
 
+    def seal_if_moved(self, n: int) -> bool:
+        """Seal the queue if every entry ever submitted is before entry ``n``."""
+        with self._lock:
+            if self.write_n <= n:
+                self.sealed = True
+            return self.sealed
+
+    def unseal(self) -> None:
+        with self._lock:
+            self.sealed = False
+
+    # ------------------------------------------------------------------ offset index
+
+    def _load_index(self) -> None:
+        old = self.directory / OFFSET_INDEX_OLD
+        current = self.directory / OFFSET_INDEX
+        records: list[tuple[int, int, int]] = []
+        for path in (old, current):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            good = 0
+            size = _OFFSET.size
+            while good + size <= len(data):
+                first, count, base, crc = _OFFSET.unpack_from(data, good)
+                if crc32c(data[good : good + size - 4]) != crc:
+                    break
+                records.append((first, count, base))
+                good += size
+            if path is current:
+                self._index_records = good // size
+                if good != len(data):
+                    # A record torn by a crash: only offsets, the cursor says what was delivered.
+                    _log.warning("%s: cutting %d bytes of torn tail", path, len(data) - good)
+                    os.truncate(path, good)
+        records.sort()
+        self._delivered_first = [r[0] for r in records]
+        self._delivered = [(r[1], r[2]) for r in records]
+        self._index_fd = os.open(current, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+
+    def _record_delivery(self, first: int, count: int, base: int) -> None:
+        raw = _OFFSET.pack(first, count, base, 0)
+        raw = raw[:-4] + struct.pack(">I", crc32c(raw[:-4]))
+        # Not synced per batch: the cursor written next is what makes the delivery count;
+        # after a crash of the machine the newest records may be missing (offset unknown).
+        os.write(self._index_fd, raw)
+        self._index_records += 1
+        if self._delivered_first and first < self._delivered_first[-1]:
+            index = bisect.bisect_right(self._delivered_first, first)
+            self._delivered_first.insert(index, first)
+            self._delivered.insert(index, (count, base))
+        else:
+            self._delivered_first.append(first)
+            self._delivered.append((count, base))
+        if self._index_records >= OFFSET_INDEX_RECORDS:
+            self._fsync(self._index_fd)
+            os.close(self._index_fd)
+            os.replace(self.directory / OFFSET_INDEX, self.directory / OFFSET_INDEX_OLD)
+            self._index_fd = os.open(
+                self.directory / OFFSET_INDEX, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
+            )
+            self._sync_dir()
+            keep = len(self._delivered) - self._index_records
+            del self._delivered_first[:keep], self._delivered[:keep]
+            self._index_records = 0
+
+    def delivered_offset(self, number: int) -> int | None:
+        """The offset of delivered entry ``number`` from the index (-1: delivered, offset
+        unknown, e.g. found already there after a crash); None when not in the index."""
+        with self._lock:
+            index = bisect.bisect_right(self._delivered_first, number) - 1
+            if index < 0:
+                return None
+            first = self._delivered_first[index]
+            count, base = self._delivered[index]
+        if number >= first + count:
+            return None
+        return base + number - first if base >= 0 else -1
+
     # ------------------------------------------------------------------ status
 
     def depth(self) -> int:
@@ -651,10 +783,38 @@ class DiskQueue:
             return self.durable_n - max(c.read_n, c.skip_n)
 
     def oldest_age(self) -> float:
-        """Seconds since the oldest undelivered event became durable (0 when none)."""
+        """Seconds since the oldest undelivered event became durable (0 when none).
+
+        Events stored in this run are timed when their group commit completes; for events
+        found at start the time comes from the entry itself: its timestamp, capped by the
+        modification time of its segment (a timestamp in the future, or set by the caller).
+        """
         with self._lock:
-            if self.durable_n <= max(self.cursor.read_n, self.cursor.skip_n):
+            c = self.cursor
+            start_pos, start_n = (
+                (c.read_pos, c.read_n) if c.read_pos >= c.skip_pos else (c.skip_pos, c.skip_n)
+            )
+            if self.durable_n <= start_n:
                 return 0.0
-            if not self._oldest_time:
-                return 0.0
-            return max(0.0, time.time() - self._oldest_time[0][1])
+            now = time.time()
+            if start_n >= self._recovered_n:
+                if not self._oldest_time:
+                    return 0.0
+                return max(0.0, now - self._oldest_time[0][1])
+            seg = self.segments[self._segment_index(start_pos)]
+        try:
+            fd = os.open(seg.path, os.O_RDONLY)
+            try:
+                raw = os.pread(fd, ENTRY_SIZE + 8, start_pos - seg.base)
+                mtime = os.fstat(fd).st_mtime
+            finally:
+                os.close(fd)
+        except OSError:
+            return 0.0  # the segment was delivered and deleted meanwhile
+        if len(raw) < ENTRY_SIZE + 8:
+            return 0.0
+        length, _, number = ENTRY.unpack_from(raw, 0)
+        if number != start_n or length < 8:
+            return 0.0
+        stamp_ms: int = struct.unpack_from(">q", raw, ENTRY_SIZE)[0]
+        return max(0.0, now - min(stamp_ms / 1000, float(mtime)))

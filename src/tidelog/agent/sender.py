@@ -35,8 +35,8 @@ doubt; the resent batch then looks new. See docs/agent.md.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 SEQ_MOD = 1 << 31
-HISTORY = 100_000  # acknowledged batches remembered per queue for offset queries
 
 NEW_PRODUCER_CODES = frozenset(
     {
@@ -114,7 +113,6 @@ class Sender:
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.closed = False
-        self.history: collections.deque[tuple[int, int, int]] = collections.deque(maxlen=HISTORY)
         self.callbacks: dict[int, Any] = {}
         # Counters for the status report.
         self.delivered = 0
@@ -220,9 +218,19 @@ class Sender:
         self.queue.in_flight_end = (self.batch.end_pos, self.batch.end_n)
         return True
 
-    async def _commit(self, pos: int, n: int, next_seq: int) -> None:
+    async def _commit(
+        self, pos: int, n: int, next_seq: int, delivered: tuple[int, int, int] | None = None
+    ) -> None:
         await asyncio.to_thread(
-            self.queue.commit, pos, n, next_seq, self.producer_id, self.producer_epoch
+            functools.partial(
+                self.queue.commit,
+                pos,
+                n,
+                next_seq,
+                self.producer_id,
+                self.producer_epoch,
+                delivered=delivered,
+            )
         )
         self.pos, self.n, self.next_seq = pos, n, next_seq
 
@@ -317,7 +325,9 @@ class Sender:
 
     async def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
         next_seq = (batch.sequence + batch.count) % SEQ_MOD
-        await self._commit(batch.end_pos, batch.end_n, next_seq)
+        await self._commit(
+            batch.end_pos, batch.end_n, next_seq, (batch.first_n, batch.count, base_offset)
+        )
         self.batch = None
         self.queue.in_flight_end = None
         self.max_count = None
@@ -325,7 +335,6 @@ class Sender:
         self.batches += 1
         if batch.in_doubt:
             self.duplicates_avoided += batch.count
-        self.history.append((batch.first_n, batch.count, base_offset))
         if self.callbacks:
             self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
 
@@ -424,8 +433,7 @@ class Sender:
         )
         self.duplicates_avoided += held
         self.delivered += held
-        await self._commit(target_pos, target_n, (next_seq + held) % SEQ_MOD)
-        self.history.append((n, held, -1))
+        await self._commit(target_pos, target_n, (next_seq + held) % SEQ_MOD, (n, held, -1))
         if self.callbacks:
             self.agent.run_callbacks(self, n, held, -1)
         return held
@@ -441,12 +449,10 @@ class Sender:
             if number < self.queue.durable_n:
                 return "pending", -1
             return "unknown", -1
-        for first, count, base in reversed(self.history):
-            if first <= number < first + count:
-                return "delivered", (base + number - first) if base >= 0 else -1
-            if first + count <= number:
-                break
-        return "delivered", -1
+        # Below the read position: delivered (or skipped, counted above); the offset comes
+        # from the queue's persisted index while it holds the batch.
+        offset = self.queue.delivered_offset(number)
+        return "delivered", -1 if offset is None else offset
 
     def status(self) -> dict[str, Any]:
         q = self.queue

@@ -149,10 +149,9 @@ class AgentServer:
                 except EventFormatError as exc:
                     reply(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
                     continue
-                state, offset = self.agent.delivery(EventId(topic, partition, number))
-                reply(
-                    encode_response(request_id, OK, QUERY_ANSWER.pack(STATES.index(state), offset))
-                )
+                state, offset, where = self.agent.delivery(EventId(topic, partition, number))
+                answer = QUERY_ANSWER.pack(STATES.index(state), offset, where)
+                reply(encode_response(request_id, OK, answer))
             elif op == OP_STATUS:
                 text = json.dumps({"queues": self.agent.status()})
                 reply(encode_response(request_id, OK, text.encode()))

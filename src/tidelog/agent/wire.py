@@ -13,9 +13,11 @@ Response::
 
     size u32 | request_id u32 | status u8 | payload
 
-    status 0 (ok):   SEND   -> partition i32 | number u64      (the event is durable)
+    status 0 (ok):   SEND   -> partition i32 | number u64      (the event is durable;
+                               partition -1: parked, its topic has no metadata yet)
                      QUERY  -> state u8 (0 pending, 1 delivered, 2 dropped, 3 unknown) |
-                               offset i64 (-1 when not known)
+                               offset i64 (-1 when not known) |
+                               partition i32 (where it went; -1 while parked)
                      STATUS -> JSON, UTF-8
     status 1 (error), 2 (queue full), 3 (bad request): message, UTF-8
 
@@ -46,7 +48,7 @@ MAX_FRAME = 64 * 1024 * 1024
 REQUEST_HEAD = struct.Struct(">IBI")
 RESPONSE_HEAD = struct.Struct(">IIB")
 SEND_ACK = struct.Struct(">iQ")
-QUERY_ANSWER = struct.Struct(">Bq")
+QUERY_ANSWER = struct.Struct(">Bqi")
 _TOPIC_LEN = struct.Struct(">H")
 _PARTITION = struct.Struct(">i")
 _NUMBER = struct.Struct(">Q")

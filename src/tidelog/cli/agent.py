@@ -3,7 +3,8 @@
 ``tidelog agent --bootstrap-server H:P --data-dir DIR --socket PATH [--config FILE]`` serves
 the agent on a Unix socket until SIGTERM or SIGINT. The config file holds ``key=value`` lines
 (agent and producer keys, see docs/agent.md); flags win over the file.
-``tidelog agent status --socket PATH`` prints one row per queue.
+``tidelog agent status --socket PATH`` prints one row per queue (partition -1: the parked
+events of a topic the cluster does not know yet; MOVED counts those moved to partitions).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _COLUMNS = (
     ("OLDEST(s)", "oldest_age_s"),
     ("APPENDED", "appended"),
     ("DELIVERED", "delivered"),
+    ("MOVED", "moved"),
     ("DUPS-AVOIDED", "duplicates_avoided"),
     ("DROPPED", "dropped"),
     ("REJECTED", "rejected"),

@@ -1,0 +1,440 @@
+"""Parked events: a durable home for events of a topic the cluster does not know yet.
+
+An event for a topic without metadata cannot be partitioned, but the caller must get its
+durable acknowledgement at once. It goes to the topic's *parked queue*, an ordinary
+:class:`~tidelog.agent.queue.DiskQueue` (same entries, CRC, group commit) in
+``<data.dir>/parked/<topic>/``; its event id has partition -1. While the parked queue holds
+events, every new event of the topic without an explicit partition is parked too, so that
+events keep their order. A mover thread per parked queue waits for the topic's metadata
+(asking the broker to create the topic when ``allow.auto.create.topics``), then moves the
+parked events, in chunks, into the partition queues, partitioned as they would have been
+(the client's partitioner: same key, same partition; sticky for events without a key). Once
+everything submitted has moved, the queue is sealed under its lock: later events go straight
+to the partition queues, after the moved ones.
+
+The move journal ``moves`` (next to the parked queue's files) makes a move exactly-once
+across crashes. Records, big-endian::
+
+    kind u8 | length u32 (of payload) | crc u32 (CRC-32C of kind, length, payload) | payload
+
+    PLAN   (1): n0 u64 | n1 u64 | end_pos u64 | partitions i32 | (n1 - n0) x partition i32
+    PLACED (2): n0 u64 | partition i32 | first u64 | start u32 | count u32
+
+A chunk is the parked entries ``[n0, n1)`` (up to ``end_pos``). The move of a chunk:
+
+1. append and sync PLAN: which partition each entry goes to (its *group*);
+2. for each partition, append the group to the partition queue; under that queue's lock,
+   once the entry number ``first`` the group gets is known and before the entries can be
+   written, append and sync PLACED (group items ``[start, start + count)`` are entries
+   ``first...`` of that partition queue); then wait for the append's group commit;
+3. commit the parked queue's read position to ``n1``.
+
+Invariant: the entries of a group are in a partition queue only if a PLACED record for
+them is on disk, and they are there contiguous from ``first`` (one append is numbered under
+one lock hold). Recovery, for a PLAN whose ``n0`` is the parked read position (a move that
+did not reach step 3): per group, the last PLACED record says where its latest append
+started; the partition queue's recovered end tells how many of those entries survived
+(recovery cut any torn tail, so a surviving prefix, nothing after it); the rest of the group
+is appended again (with a new PLACED record), then step 3 runs. A group without any PLACED
+record has nothing in its partition queue. So every parked event lands in exactly one
+partition queue exactly once, in the order of its chunk, and the parked read position never
+passes an event that is not durable in a partition queue.
+
+The journal is also the map from a parked event id to its partition queue entry, used by
+delivery queries; it is kept (rotated to ``moves.old`` past 8 MiB, so at least the last
+8 MiB of records, about two million moved events, stay answerable).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import struct
+import threading
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crc32c import crc32c
+
+from tidelog.agent.errors import AgentError, QueueFullError
+from tidelog.agent.event import FIXED_SIZE
+from tidelog.agent.queue import ENTRY_SIZE, DiskQueue, Entry, QueueSealed
+
+if TYPE_CHECKING:
+    from tidelog.agent.agent import Agent
+
+_log = logging.getLogger(__name__)
+
+_HEAD = struct.Struct(">BII")
+_PLAN = struct.Struct(">QQQi")
+_PLACED = struct.Struct(">QiQII")
+_KEY_LEN = struct.Struct(">i")
+PLAN = 1
+PLACED = 2
+JOURNAL = "moves"
+JOURNAL_OLD = "moves.old"
+JOURNAL_ROTATE_BYTES = 8 << 20
+MOVE_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(slots=True)
+class Plan:
+    n0: int
+    n1: int
+    end_pos: int
+    partitions: int
+    assign: array[int]
+    # partition -> [(start, first, count)] in the order written
+    placed: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+
+    def group(self, partition: int) -> list[int]:
+        """Indexes (relative to ``n0``) of the chunk's entries that go to ``partition``."""
+        return [i for i, p in enumerate(self.assign) if p == partition]
+
+
+class MoveJournal:
+    """The ``moves`` file of one parked queue (see the module docstring)."""
+
+    def __init__(self, directory: Path, fsync: Callable[[int], None]) -> None:
+        self.directory = directory
+        self._fsync = fsync
+        self.plans: dict[int, Plan] = {}  # by n0
+        self._starts: list[int] = []  # sorted n0 of the plans, for queries
+        for name in (JOURNAL_OLD, JOURNAL):
+            self._load(directory / name, cut=name == JOURNAL)
+        self._fd = os.open(directory / JOURNAL, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._lock = threading.Lock()
+
+    def _load(self, path: Path, *, cut: bool) -> None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        pos = 0
+        while pos + _HEAD.size <= len(data):
+            kind, length, crc = _HEAD.unpack_from(data, pos)
+            end = pos + _HEAD.size + length
+            if end > len(data):
+                break
+            payload = data[pos + _HEAD.size : end]
+            if crc32c(payload, crc32c(data[pos : pos + 5])) != crc:
+                break
+            if not self._apply(kind, payload):
+                break
+            pos = end
+        if pos != len(data):
+            _log.warning("%s: cutting %d bytes of torn journal tail", path, len(data) - pos)
+            if cut:
+                os.truncate(path, pos)
+
+    def _apply(self, kind: int, payload: bytes) -> bool:
+        if kind == PLAN and len(payload) >= _PLAN.size:
+            n0, n1, end_pos, partitions = _PLAN.unpack_from(payload, 0)
+            assign = array("i")
+            assign.frombytes(payload[_PLAN.size :])
+            if struct.pack("=i", 1) != struct.pack(">i", 1):
+                assign.byteswap()
+            if len(assign) != n1 - n0 or partitions <= 0:
+                return False
+            self.plans[n0] = Plan(n0, n1, end_pos, partitions, assign)
+            self._starts = sorted(self.plans)
+            return True
+        if kind == PLACED and len(payload) == _PLACED.size:
+            n0, partition, first, start, count = _PLACED.unpack(payload)
+            plan = self.plans.get(n0)
+            if plan is None:
+                return False
+            plan.placed.setdefault(partition, []).append((start, first, count))
+            return True
+        return False
+
+    def _write(self, kind: int, payload: bytes) -> None:
+        head = _HEAD.pack(kind, len(payload), 0)[:5]
+        crc = crc32c(payload, crc32c(head))
+        os.write(self._fd, head + struct.pack(">I", crc) + payload)
+        self._fsync(self._fd)
+        self._size += _HEAD.size + len(payload)
+        self._apply(kind, payload)
+
+    def plan(self, n0: int, n1: int, end_pos: int, partitions: int, assign: list[int]) -> Plan:
+        with self._lock:
+            self._write(
+                PLAN,
+                _PLAN.pack(n0, n1, end_pos, partitions) + struct.pack(f">{len(assign)}i", *assign),
+            )
+            return self.plans[n0]
+
+    def placed(self, n0: int, partition: int, first: int, start: int, count: int) -> None:
+        with self._lock:
+            self._write(PLACED, _PLACED.pack(n0, partition, first, start, count))
+
+    def rotate_if_large(self) -> None:
+        """Between chunks only: the plan in progress is always in ``moves``."""
+        with self._lock:
+            if self._size < JOURNAL_ROTATE_BYTES:
+                return
+            os.close(self._fd)
+            os.replace(self.directory / JOURNAL, self.directory / JOURNAL_OLD)
+            self._fd = os.open(
+                self.directory / JOURNAL, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
+            )
+            self._size = 0
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self.plans.clear()
+            self._starts = []
+            self._load(self.directory / JOURNAL_OLD, cut=False)
+
+    def locate(self, number: int) -> tuple[int, int] | None:
+        """(partition, entry number there) of moved parked entry ``number``, if recorded."""
+        with self._lock:
+            index = bisect.bisect_right(self._starts, number) - 1
+            if index < 0:
+                return None
+            plan = self.plans[self._starts[index]]
+            if number >= plan.n1:
+                return None
+            offset = number - plan.n0
+            partition = plan.assign[offset]
+            rank = sum(1 for p in plan.assign[:offset] if p == partition)
+            found = None
+            for start, first, count in plan.placed.get(partition, []):
+                if start <= rank < start + count:
+                    found = first + rank - start
+            return None if found is None else (partition, found)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+def body_key(body: bytes | memoryview) -> bytes | None:
+    """The key of a stored (already checked) record body."""
+    (key_len,) = _KEY_LEN.unpack_from(body, 8)
+    return None if key_len < 0 else bytes(body[FIXED_SIZE : FIXED_SIZE + key_len])
+
+
+class ParkedTopic:
+    """The parked queue of one topic, its journal and its mover thread."""
+
+    def __init__(self, agent: Agent, topic: str, directory: Path) -> None:
+        self.agent = agent
+        self.topic = topic
+        cfg = agent.config
+        self.queue = DiskQueue.open(
+            directory,
+            segment_bytes=cfg["queue.segment.bytes"],
+            max_bytes=cfg["queue.max.bytes"],
+            policy=cfg["queue.full.policy"],
+            max_entry_bytes=cfg["max.request.size"],
+            fsync=agent.fsync,
+        )
+        self.journal = MoveJournal(directory, agent.fsync)
+        self.moved = 0
+        self.callbacks: dict[int, Callable[[Any, int], None]] = {}
+        self._wake = threading.Event()
+        self.queue.on_durable = self._wake.set
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.last_error = ""
+
+    # ------------------------------------------------------------------ life
+
+    def start(self) -> None:
+        """Finish a move a crash interrupted, then start the mover thread."""
+        self._recover()
+        self.queue.unseal()
+        self._thread = threading.Thread(
+            target=self._run, name=f"agent-park-{self.topic}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def active(self) -> bool:
+        return not self.queue.sealed
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.queue.close()
+        self.journal.close()
+
+    # ------------------------------------------------------------------ moving
+
+    def _run(self) -> None:
+        cfg = self.agent.config
+        backoff_min = cfg["retry.backoff.ms"] / 1000
+        backoff_max = max(backoff_min, cfg["retry.backoff.max.ms"] / 1000)
+        backoff = backoff_min
+        while not self._closed:
+            parts = self.agent.known_partitions(self.topic)
+            if parts is None:
+                self.last_error = "the cluster does not know the topic yet"
+                self.agent.refresh_topic_sync(self.topic)
+                if self.agent.known_partitions(self.topic) is None:
+                    self._wake.wait(backoff)
+                    self._wake.clear()
+                    backoff = min(backoff * 2, backoff_max)
+                continue
+            pos, n = self.queue.start_of_next_read()
+            entries = self.queue.read(pos, n, MOVE_CHUNK_BYTES)
+            if not entries:
+                if self.queue.seal_if_moved(n):
+                    _log.info("%s: every parked event has moved", self.topic)
+                    self.last_error = ""
+                    return
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            try:
+                self._move(entries)
+            except (OSError, AgentError) as exc:
+                if self._closed:
+                    return
+                self.last_error = str(exc)
+                _log.warning("%s: moving parked events failed: %s; retrying", self.topic, exc)
+                self._wake.wait(backoff)
+                self._wake.clear()
+                backoff = min(backoff * 2, backoff_max)
+                continue
+            backoff = backoff_min
+            self.last_error = ""
+
+    def _move(self, entries: list[Entry]) -> None:
+        parts = self.agent.known_partitions(self.topic)
+        if parts is None or self._closed:
+            return
+        n0 = entries[0].number
+        last = entries[-1]
+        end_pos = last.position + ENTRY_SIZE + len(last.body)
+        self.queue.in_flight_end = (end_pos, last.number + 1)
+        assign = self.agent.assign_partitions(
+            self.topic, parts, [(body_key(e.body), len(e.body)) for e in entries]
+        )
+        plan = self.journal.plan(n0, last.number + 1, end_pos, parts.count, assign)
+        self._finish(plan, entries)
+
+    def _finish(self, plan: Plan, entries: list[Entry]) -> None:
+        """Steps 2 and 3 for the groups of ``plan`` not (wholly) in their queues yet."""
+        for partition in sorted(set(plan.assign)):
+            group = plan.group(partition)
+            queue = self.agent.queue_for(self.topic, partition)
+            have = 0
+            placed = plan.placed.get(partition)
+            if placed:
+                start, first, count = placed[-1]
+                have = start + max(0, min(count, queue.write_n - first))
+            if have >= len(group):
+                continue
+            rest = group[have:]
+            bodies = [entries[i].body for i in rest]
+            self._append(plan, partition, queue, have, rest, bodies)
+        self.queue.commit(plan.end_pos, plan.n1, 0, -1, -1)
+        self.queue.in_flight_end = None
+        self.moved += plan.n1 - plan.n0
+        self.journal.rotate_if_large()
+
+    def _append(
+        self,
+        plan: Plan,
+        partition: int,
+        queue: DiskQueue,
+        start: int,
+        indexes: list[int],
+        bodies: list[memoryview],
+    ) -> None:
+        sender_callbacks = self.agent.sender_callbacks(self.topic, partition)
+
+        def numbered(first: int) -> None:
+            self.journal.placed(plan.n0, partition, first, start, len(bodies))
+            for k, i in enumerate(indexes):
+                callback = self.callbacks.pop(plan.n0 + i, None)
+                if callback is not None and sender_callbacks is not None:
+                    sender_callbacks[first + k] = callback
+
+        delay = 0.01
+        while True:
+            try:
+                queue.append(bodies, numbered=numbered)
+                return
+            except QueueFullError:
+                # Policy reject: these events were acknowledged already; wait for space.
+                if self._closed:
+                    raise
+                threading.Event().wait(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _recover(self) -> None:
+        c = self.queue.cursor
+        plan = self.journal.plans.get(c.read_n)
+        if plan is None or plan.n1 <= plan.n0:
+            return
+        entries: list[Entry] = []
+        pos, n = c.read_pos, c.read_n
+        while n < plan.n1:
+            got = self.queue.read(pos, n, plan.end_pos - pos)
+            if not got:
+                break
+            entries.extend(got)
+            last = got[-1]
+            pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+        entries = entries[: plan.n1 - plan.n0]
+        if len(entries) != plan.n1 - plan.n0:
+            raise AgentError(
+                f"{self.queue.directory}: the parked events {plan.n0}..{plan.n1 - 1} of an "
+                "interrupted move cannot be read back"
+            )
+        _log.info(
+            "%s: finishing the move of parked events %d..%d", self.topic, plan.n0, plan.n1 - 1
+        )
+        self.queue.in_flight_end = (plan.end_pos, plan.n1)
+        self._finish(plan, entries)
+
+    # ------------------------------------------------------------------ queries
+
+    def state_of(self, number: int) -> tuple[str, tuple[int, int] | None]:
+        """("pending" | "dropped" | "unknown", None) or ("moved", (partition, number))."""
+        for first, end in self.queue.dropped_ranges:
+            if first <= number < end:
+                return "dropped", None
+        moved_n = self.queue.cursor.read_n
+        if number >= moved_n:
+            return ("pending" if number < self.queue.durable_n else "unknown"), None
+        where = self.journal.locate(number)
+        return ("moved", where) if where is not None else ("unknown", None)
+
+    def status(self) -> dict[str, Any]:
+        q = self.queue
+        return {
+            "topic": self.topic,
+            "partition": -1,
+            "depth": q.depth(),
+            "bytes": q.used_bytes,
+            "oldest_age_s": round(q.oldest_age(), 3),
+            "appended": q.appended,
+            "delivered": 0,
+            "moved": self.moved,
+            "batches": 0,
+            "duplicates_avoided": 0,
+            "dropped": q.dropped,
+            "rejected": 0,
+            "corrupt": q.corrupt,
+            "fsyncs": q.fsyncs,
+            "retries": 0,
+            "producer_id": -1,
+            "last_error": self.last_error,
+        }
+
+
+__all__ = ["MoveJournal", "ParkedTopic", "Plan", "QueueSealed", "body_key"]

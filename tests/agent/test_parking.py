@@ -1,0 +1,215 @@
+"""Events for a topic the cluster does not know yet: parked durably, moved exactly once.
+
+The crash test kills a real agent process with SIGKILL at each fsync of the move in turn (and
+sometimes also throws away what the killed process had written but not synced), restarts
+it, and checks that every parked event ends up in exactly one partition queue, once, in
+order, in the partition the client's partitioner gives it. The end-to-end test runs the
+`tidelog agent` daemon against a broker that does not auto-create topics: the clients get
+their acknowledgements while the topic does not exist, and everything arrives once the topic
+is created, across a SIGKILL of the daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_helpers import create_topic, read_topic
+from interop_broker import BrokerProcess
+from test_crash import Daemon
+
+from tidelog.agent import Agent, AgentClient, EventId
+from tidelog.agent.event import decode_body
+from tidelog.agent.parking import MoveJournal
+from tidelog.agent.queue import ENTRY, ENTRY_SIZE, DiskQueue
+from tidelog.client.partitioner import partition_for_key
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+PARTITIONS = 3
+
+
+def queue_entries(directory: Path) -> list[tuple[int, bytes]]:
+    """Every entry of a partition queue on disk, from its first: (number, body)."""
+    queue = DiskQueue.open(directory)
+    try:
+        pos, n = queue.segments[0].base, queue.segments[0].first_n
+        out = []
+        while True:
+            entries = queue.read(pos, n, 1 << 20)
+            if not entries:
+                return out
+            out.extend((e.number, bytes(e.body)) for e in entries)
+            last = entries[-1]
+            pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+    finally:
+        queue.close()
+
+
+def lose_unsynced_half(data: Path, topic: str) -> bool:
+    """As a machine crash could: drop the second half of the newest group a move placed
+    (the agent was killed before that append's fsync). True when something was dropped."""
+    parked = data / "parked" / topic
+    cursor = DiskQueue.open(parked)
+    read_n = cursor.cursor.read_n
+    cursor.close()
+    journal = MoveJournal(parked, lambda fd: None)
+    plan = journal.plans.get(read_n)
+    journal.close()
+    if plan is None or not plan.placed:
+        return False
+    partition, records = max(plan.placed.items(), key=lambda kv: kv[1][-1][1])
+    _, first, count = records[-1]
+    segments = sorted((data / "queues" / f"{topic}-{partition}").glob("*.q"))
+    seg = segments[-1]
+    raw = seg.read_bytes()
+    seg_first = int(seg.stem.split("-")[1])
+    keep = first + count // 2
+    if keep <= seg_first or count < 2:
+        return False
+    pos, n = 0, seg_first
+    while n < keep and pos + ENTRY_SIZE <= len(raw):
+        length, _, _ = ENTRY.unpack_from(raw, pos)
+        pos += ENTRY_SIZE + length
+        n += 1
+    if pos >= len(raw):
+        return False
+    seg.write_bytes(raw[:pos])
+    return True
+
+
+def test_sigkill_at_every_step_of_a_move_neither_loses_nor_duplicates(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    topic = "parked-topic"
+    config = {"bootstrap.servers": "127.0.0.1:1", "data.dir": str(data)}
+    sent: list[tuple[EventId, bytes | None, bytes]] = []
+    with Agent(config) as agent:
+        for i in range(1500):
+            key = None if i % 3 == 0 else b"key-%d" % (i % 17)
+            value = b"event-%05d" % i
+            event = agent.send(topic, value, key=key)
+            assert event.partition == -1 and event.number == i
+            sent.append((event, key, value))
+    # The topic becomes known (as a metadata answer would make it) while the agent is down.
+    (data / "topics.json").write_text(json.dumps({topic: PARTITIONS}))
+    kill_at, rounds, lost_halves = 1, 0, 0
+    while True:
+        child = subprocess.run(
+            [sys.executable, str(HERE / "park_child.py"), str(data), str(kill_at)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        rounds += 1
+        if child.returncode == 0:
+            assert child.stdout.strip() == "moved", child.stderr[-2000:]
+            break
+        assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+        if rounds % 2 == 0 and lose_unsynced_half(data, topic):
+            lost_halves += 1
+        kill_at += 1 + rounds % 3
+        assert rounds < 200
+    assert rounds > 10 and lost_halves > 0
+    # Every parked event is in exactly one partition queue, once, where its key sends it,
+    # and each partition holds them in the order they were sent.
+    found: dict[bytes, tuple[int, int]] = {}
+    for p in range(PARTITIONS):
+        values = []
+        for number, body in queue_entries(data / "queues" / f"{topic}-{p}"):
+            _, key, value, _ = decode_body(body)
+            assert value is not None and value not in found, value
+            found[value] = (p, number)
+            values.append(value)
+            if key is not None:
+                assert p == partition_for_key(key, PARTITIONS)
+        assert values == sorted(values)
+    assert set(found) == {v for _, _, v in sent}
+    # The parked ids still answer: pending in their partition queue (no cluster here).
+    with Agent(config) as agent:
+        for event, _, value in sent[::50]:
+            state = agent.delivery(event)
+            assert (state.state, state.partition) == ("pending", found[value][0])
+
+
+class NoAutoCreateBroker(BrokerProcess):
+    """`tidelog serve` that, like a production Kafka cluster, creates no topic on request."""
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--override", "auto.create.topics.enable=false"]
+
+
+def test_daemon_parks_events_until_the_topic_exists(
+    tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    broker = NoAutoCreateBroker(tmp_path / "broker", kind="tidelog")
+    broker.workdir.mkdir()
+    broker.start()
+    daemon = Daemon(broker.bootstrap, tmp_path)
+    topic = topic_name()
+    try:
+        daemon.start()
+        acked: list[list[tuple[EventId, bytes]]] = [[], []]
+
+        def client(index: int) -> None:
+            with AgentClient(daemon.socket) as c:
+                for chunk in range(10):
+                    events = [
+                        (b"c%d" % index, b"%d:%04d" % (index, chunk * 200 + j)) for j in range(200)
+                    ]
+                    ids = c.send_many(topic, events)
+                    acked[index].extend(zip(ids, [v for _, v in events], strict=True))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        # All acknowledged while the cluster has no such topic: parked, partition -1.
+        assert all(e.partition == -1 for a in acked for e, _ in a)
+        assert sum(len(a) for a in acked) == 4000
+        with AgentClient(daemon.socket) as c:
+            [row] = [q for q in c.status()["queues"] if q["partition"] == -1]
+            assert row["depth"] == 4000
+            assert c.delivery(acked[0][0][0]).state == "pending"
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+        # Killed while the mover may be at work; the restarted daemon finishes the move.
+        with AgentClient(daemon.socket) as c:
+            deadline = time.monotonic() + 30
+            while not any(q["partition"] >= 0 for q in c.status()["queues"]):
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+        daemon.kill()
+        daemon.start()
+        with AgentClient(daemon.socket) as c:
+            deadline = time.monotonic() + 60
+            while any(q["depth"] for q in c.status()["queues"]):
+                assert time.monotonic() < deadline, c.status()
+                time.sleep(0.05)
+            answers = {v: c.delivery(e) for a in acked for e, v in a}
+    finally:
+        daemon.stop()
+    records = read_topic(broker.bootstrap, topic, PARTITIONS)
+    broker.stop()
+    seen: dict[bytes, tuple[int, int]] = {}
+    for p, rs in records.items():
+        for offset, key, value in rs:
+            assert value is not None and value not in seen
+            seen[value] = (p, offset)
+            assert p == partition_for_key(key or b"", PARTITIONS)
+        per_client: dict[bytes, list[bytes]] = {}
+        for _, key, value in rs:
+            assert key is not None and value is not None
+            per_client.setdefault(key, []).append(value)
+        assert all(vs == sorted(vs) for vs in per_client.values())
+    assert set(seen) == set(answers)
+    # Asked by the parked id, after the restart: delivered, at the offset the topic shows.
+    for value, answer in answers.items():
+        assert (answer.state, answer.partition, answer.offset) == ("delivered", *seen[value])
