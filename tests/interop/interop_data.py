@@ -26,7 +26,8 @@ class Rec:
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
-    partition: int = 0
+    # None: the writing client's partitioner chooses (where its writer supports that).
+    partition: int | None = 0
     timestamp: int | None = None
 
 
