@@ -1,4 +1,5 @@
-"""Helpers of the Spark tests: producing with confluent-kafka, source options."""
+"""Helpers of the Spark tests: producing with confluent-kafka, source options, draining a
+stream with Trigger.AvailableNow."""
 
 from __future__ import annotations
 
@@ -38,3 +39,28 @@ def produce(
 
 def options(bootstrap: str, **extra: Any) -> dict[str, str]:
     return {"kafka.bootstrap.servers": bootstrap, **{k: str(v) for k, v in extra.items()}}
+
+
+def run_available_now(spark: Any, opts: dict[str, str], checkpoint: str) -> list[list[tuple]]:
+    """Run a stream of ``opts`` with Trigger.AvailableNow on ``checkpoint``; the sorted
+    (partition, offset) pairs of every non-empty micro-batch."""
+    batches: list[list[tuple]] = []
+
+    def collect(df: Any, _batch_id: int) -> None:
+        batches.append(
+            sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+        )
+
+    query = (
+        spark.readStream.format("tidelog")
+        .options(**opts)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return [b for b in batches if b]

@@ -50,7 +50,7 @@ def reference(data: bytes, start: int, end: int | None) -> list[tuple]:
     return rows
 
 
-def actual(batch: pa.RecordBatch | None) -> list[tuple]:
+def actual(batch: pa.RecordBatch | None, *, headers: bool = True) -> list[tuple]:
     if batch is None:
         return []
     d = batch.to_pydict()
@@ -61,8 +61,8 @@ def actual(batch: pa.RecordBatch | None) -> list[tuple]:
             d["offset"][i],
             int(d["timestamp"][i].timestamp() * 1000),
             d["timestampType"][i],
-            [(h["key"], h["value"]) for h in d["headers"][i]],
         )
+        + (([(h["key"], h["value"]) for h in d["headers"][i]],) if headers else ())
         for i in range(batch.num_rows)
     ]
 
@@ -140,3 +140,41 @@ def test_any_flipped_byte_raises_records_error_or_decodes(where: int, mask: int)
     data[where] ^= mask
     with contextlib.suppress(RecordsError):
         decode_chunk(bytes(data), "t", 0, 0, None, verify_crc=False, include_headers=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, 4]),
+            st.integers(33, 400),  # records in the batch
+            st.integers(0, 140),  # value size: the length varint widens at 64 bytes
+            st.booleans(),  # keys of one size, or of growing size
+            st.integers(0, 90),  # timestamp step (ms): the delta varint widens on the way
+            st.sets(st.integers(0, 399), max_size=3),  # records after an offset gap
+            st.sets(st.integers(0, 399), max_size=2),  # records with a longer value
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.integers(0, 500),
+)
+def test_long_batches_of_similar_records_match_reference(batches, start) -> None:
+    """Batches long enough for the lane-wise placing of records, with every way records of
+    one batch can differ in size: delta varint widths, gaps, odd records."""
+    shaped = []
+    for codec, count, size, same_keys, ts_step, gaps, odd in batches:
+        recs = [
+            (
+                b"k" * (3 if same_keys else 1 + i % 70),
+                b"v" * (size + (37 if i in odd else 0)),
+                [],
+                i * ts_step,
+                2 if i in gaps else 1,
+            )
+            for i in range(count)
+        ]
+        shaped.append((codec, False, recs))
+    data = build_chunk(shaped)
+    decoded = decode_chunk(data, "t", 0, start, None)
+    assert actual(decoded.batch, headers=False) == [r[:5] for r in reference(data, start, None)]

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-from spark_helpers import options, produce
+from spark_helpers import options, produce, run_available_now
 
 BASE_FIELDS = [
     StructField("key", BinaryType()),
@@ -225,29 +225,6 @@ def test_ending_offsets_on_a_stream_is_refused(spark: Any, broker: Any) -> None:
             .start()
             .awaitTermination(30)
         )
-
-
-def run_available_now(spark: Any, opts: dict[str, str], checkpoint: str) -> list[list[tuple]]:
-    batches: list[list[tuple]] = []
-
-    def collect(df: Any, _batch_id: int) -> None:
-        batches.append(
-            sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
-        )
-
-    query = (
-        spark.readStream.format("tidelog")
-        .options(**opts)
-        .load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
-    return [b for b in batches if b]
 
 
 def test_stream_respects_max_offsets_per_trigger_with_available_now(

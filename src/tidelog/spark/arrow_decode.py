@@ -11,14 +11,17 @@ can be avoided):
    :func:`tidelog.records.iter_batches`); a last batch cut short by the fetch size is left for
    the next fetch; control batches (transaction markers) only move the position.
 2. The records blocks of the kept batches (decompressed when needed) are joined into one
-   buffer ``buf``. One Python loop walks the record *lengths* only, which is the one
-   sequential dependency in the format, and checks that the records of each batch fill its
-   block exactly.
-3. Every other field is read for all records at once with Arrow compute kernels: varints are
-   decoded lane-wise (one ``take`` per byte of the longest varint), keys and values are
-   gathered from ``buf`` by a list-view flatten into contiguous Arrow binary columns.
-   Per-batch values (base offset, base timestamp, timestamp type) are expanded with
-   run-end decoding.
+   buffer ``buf`` (with zero padding, so lane-wise reads a few bytes past a record stay in
+   bounds). The records' positions form a chain through their lengths, the one sequential
+   dependency in the format: they are first guessed for whole batches (each record the size
+   of the batch's first, up to the widths of its offset delta and length varints) and the
+   guess checked for all records at once; what no guess places is walked record by record
+   in Python. The chain is checked again lane-wise: every record ends where the next
+   begins, and the last at the end of the buffer.
+3. Every other field is read for all records at once with numpy: varints are decoded
+   lane-wise (only the lanes still open read another byte), keys and values are gathered
+   from ``buf`` by one Arrow ``take`` into contiguous binary columns. Per-batch values
+   (base offset, base timestamp, timestamp type) are repeated per record.
 
 Invariants checked (anything else raises :class:`~tidelog.records.CorruptBatchError`):
 the record lengths of a batch add up to its block and the count matches ``record_count``;
@@ -34,7 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -91,114 +97,278 @@ def _slow_uvarint(buf: bytes, p: int, max_bytes: int, what: str) -> tuple[int, i
     raise CorruptBatchError(f"{what}: varint longer than {max_bytes} bytes")
 
 
-def _record_starts(buf: bytes, blocks: Sequence[tuple[int, int, int, int]]) -> list[int]:
-    """Position of every record (its length varint); blocks are (start, end, record_count,
-    base_offset).
+def _walk(buf: bytes, p: int, block_end: int, base_offset: int) -> list[int]:
+    """Positions of the records from ``p`` to ``block_end`` by following the chain of
+    lengths, one record at a time.
 
-    Only the chain of lengths is followed here; the lengths are decoded again lane-wise and
-    checked afterwards (a negative zigzag length would still move forward here, and fails
-    that check).
+    Only the chain is followed here; the lengths are decoded again lane-wise and checked
+    afterwards (a negative zigzag length would still move forward here, and fails that
+    check).
     """
     starts: list[int] = []
     add = starts.append
-    for block_start, block_end, count, base_offset in blocks:
-        before = len(starts)
-        p = block_start
-        try:
-            while p < block_end:
-                add(p)
-                zz = buf[p]
-                if zz < 0x80:
-                    p += 1 + (zz >> 1)
+    try:
+        while p < block_end:
+            add(p)
+            zz = buf[p]
+            if zz < 0x80:
+                p += 1 + (zz >> 1)
+            else:
+                b = buf[p + 1]
+                if b < 0x80:
+                    p += 2 + ((b << 6) | ((zz & 0x7F) >> 1))
                 else:
-                    b = buf[p + 1]
-                    if b < 0x80:
-                        p += 2 + ((b << 6) | ((zz & 0x7F) >> 1))
-                    else:
-                        zz, q = _slow_uvarint(buf, p, 5, f"batch at offset {base_offset}")
-                        if zz & 1:
-                            raise CorruptBatchError(
-                                f"a record of the batch at offset {base_offset} has a "
-                                "negative length"
-                            )
-                        p = q + (zz >> 1)
-        except IndexError:
-            raise CorruptBatchError(
-                f"the records of the batch at offset {base_offset} run past its block"
-            ) from None
-        if p != block_end or len(starts) - before != count:
-            raise CorruptBatchError(
-                f"batch at offset {base_offset} declares {count} records in "
-                f"{block_end - block_start} bytes, which hold {len(starts) - before} records "
-                f"and {p - block_end} bytes more"
-            )
+                    zz, q = _slow_uvarint(buf, p, 5, f"batch at offset {base_offset}")
+                    if zz & 1:
+                        raise CorruptBatchError(
+                            f"a record of the batch at offset {base_offset} has a negative length"
+                        )
+                    p = q + (zz >> 1)
+    except IndexError:
+        raise CorruptBatchError(
+            f"the records of the batch at offset {base_offset} run past its block"
+        ) from None
+    if p != block_end:
+        raise CorruptBatchError(
+            f"the records of the batch at offset {base_offset} end {p - block_end} bytes "
+            "past its block"
+        )
     return starts
 
 
-def _varints(data: pa.Array, pos: pa.Array, max_bytes: int, what: str) -> tuple[pa.Array, pa.Array]:
-    """Lane-wise unsigned varints at ``pos`` (int64 positions, all inside ``data``):
-    (values as uint64, positions after them)."""
-    last = len(data) - 1
-    b = pc.take(data, pc.min_element_wise(pos, last)).cast(pa.uint64())
-    more = pc.greater_equal(b, 0x80)
-    if not pc.any(more).as_py():
-        return b, pc.add(pos, 1)
-    value = pc.bit_wise_and(b, 0x7F)
-    size = pc.add(pos, 1)
+# Guessing record positions (see _guess): fewer records than this left in a batch are
+# walked; a guess that places fewer records than this is a miss, and after _GUESS_MISSES
+# misses the rest of the batch is walked.
+_GUESS_MIN = 32
+_GUESS_MISSES = 2
+# At most this many guesses per chunk, so that batches whose records differ in size cost
+# a bounded amount of vectorised work before they are walked.
+_GUESS_ROUNDS = 4
+# Zero bytes after the joined records blocks: lane-wise reads of up to 10 bytes from any
+# position inside the blocks stay inside the buffer without clamping.
+_PAD = bytes(16)
+
+Ints = npt.NDArray[np.int64]
+
+
+def _varint_width(zz: Ints) -> Ints:
+    """Bytes of the unsigned varints of ``zz`` (0 <= zz < 2**35)."""
+    width = (zz >= 1 << 7).astype(np.int64) + 1
+    for bits in (14, 21, 28):
+        width += zz >= 1 << bits
+    return width
+
+
+def _short_ends(data: npt.NDArray[np.uint8], size: int, pos: Ints) -> Ints:
+    """Lane-wise ends of records assumed at ``pos``: the position after the length varint
+    plus the (zigzag) length, for length varints of up to 3 bytes; -1 for longer ones.
+    Never raises: ``pos`` may be a wrong guess."""
+    at = np.minimum(pos, size)
+    b0 = data[at].astype(np.int64)
+    b1 = data[at + 1].astype(np.int64)
+    b2 = data[at + 2].astype(np.int64)
+    more0 = b0 >> 7
+    more1 = more0 & (b1 >> 7)
+    more2 = more1 & (b2 >> 7)
+    zz = (b0 & 0x7F) | (more0 * ((b1 & 0x7F) << 7)) | (more1 * ((b2 & 0x7F) << 14))
+    ends: Ints = pos + 1 + more0 + more1 + ((zz >> 1) ^ -(zz & 1))
+    ends[more2 == 1] = -1
+    return ends
+
+
+@dataclass(slots=True)
+class _Stretch:
+    """Records of one batch not yet placed: from ``p`` (a record's start) on, ``left`` of
+    them, up to ``block_end``; ``placed`` collects the positions found. ``walk`` is set
+    when the rest is to be walked; ``misses`` counts the guesses that placed few records."""
+
+    p: int
+    left: int
+    block_end: int
+    base_offset: int
+    placed: list[Ints]
+    walk: bool = False
+    misses: int = 0
+
+
+def _template(buf: bytes, s: _Stretch) -> tuple[int, int] | None:
+    """(length, offset delta) of the record at ``s.p``, or None when no guess is to be made
+    from it (a negative or tiny length or delta: the walk deals with it)."""
+    where = f"batch at offset {s.base_offset}"
+    zz, q = _slow_uvarint(buf, s.p, 5, where)
+    if zz & 1 or zz >> 1 < 6 or q + 1 >= s.block_end:
+        return None
+    _, r = _slow_uvarint(buf, q + 1, 10, where)  # attributes byte, then the timestamp delta
+    delta_zz, _ = _slow_uvarint(buf, r, 5, where)
+    if delta_zz & 1 or delta_zz >> 31:
+        return None
+    return zz >> 1, delta_zz >> 1
+
+
+def _guess(buf: bytes, data: npt.NDArray[np.uint8], size: int, stretches: list[_Stretch]) -> None:
+    """One guess at the positions of the records of every stretch, checked lane-wise; each
+    stretch moves past the records whose positions are confirmed.
+
+    The guess: the records of a stretch have the size of its first record except for the
+    width of their offset delta varint, which grows with the delta (taken as consecutive),
+    and of their length varint. Batches from producers whose keys and values are of one
+    size are placed whole, or in a few guesses when their timestamp delta varint widens.
+    A record's position is confirmed when every record before it in the stretch ends where
+    the guess puts the next one (and the last, at the end of the batch).
+    """
+    todo: list[tuple[_Stretch, int, int]] = []
+    for s in stretches:
+        found = _template(buf, s)
+        if found is None:
+            s.walk = True
+        else:
+            todo.append((s, *found))
+    if not todo:
+        return
+    lefts = np.array([s.left for s, _, _ in todo], np.int64)
+    run_ends = np.cumsum(lefts)
+    firsts = run_ends - lefts
+    total = int(run_ends[-1])
+    within = np.arange(total, dtype=np.int64) - np.repeat(firsts, lefts)
+    deltas = within + np.repeat(np.array([d for _, _, d in todo], np.int64), lefts)
+    # length of lane i = first record's length - its delta's width + lane i's delta's width
+    base = [length - int(_varint_width(np.array([2 * d]))[0]) for _, length, d in todo]
+    lengths = _varint_width(2 * deltas) + np.repeat(np.array(base, np.int64), lefts)
+    sizes = lengths + _varint_width(2 * lengths)
+    running = np.cumsum(sizes)
+    before = np.concatenate([[0], running[run_ends[:-1] - 1]])
+    ends = running + np.repeat(np.array([s.p for s, _, _ in todo], np.int64) - before, lefts)
+    starts = ends - sizes
+    wrong = np.flatnonzero(_short_ends(data, size, starts) != ends)
+    first_wrong: dict[int, int] = {}
+    if wrong.size:
+        stretch_of = np.searchsorted(run_ends, wrong, side="right")
+        stretches_hit, first = np.unique(stretch_of, return_index=True)
+        first_wrong = {
+            int(i): int(wrong[f] - firsts[i]) for i, f in zip(stretches_hit, first, strict=True)
+        }
+    for i, (s, _, _) in enumerate(todo):
+        lanes = starts[firsts[i] : run_ends[i]]
+        k = first_wrong.get(i, s.left)
+        if k == s.left and int(ends[run_ends[i] - 1]) == s.block_end:
+            s.placed.append(lanes)
+            s.p, s.left = s.block_end, 0
+            continue
+        # Lanes before k chain; lane k starts where guessed but ends elsewhere (or, with
+        # no wrong lane, the last record does not end the batch: the walk will say so).
+        k = min(k, s.left - 1)
+        if k < _GUESS_MIN:
+            # A short guess: the records may differ in size (walk them after another
+            # miss), or only a varint widened early (the next guess goes on from there).
+            s.misses += 1
+            if s.misses >= _GUESS_MISSES:
+                s.walk = True
+                continue
+            if k == 0:
+                continue
+        s.placed.append(lanes[:k])
+        s.p = int(lanes[k])
+        s.left -= k
+
+
+def _record_starts(
+    buf: bytes,
+    data: npt.NDArray[np.uint8],
+    size: int,
+    blocks: Sequence[tuple[int, int, int, int]],
+) -> Ints:
+    """Position of every record (its length varint); blocks are (start, end, record_count,
+    base_offset).
+
+    The positions form a chain (each record's length gives the next one's position), the
+    one sequential dependency of the format. The batches of a chunk are first placed by a
+    few guesses checked lane-wise (:func:`_guess`), and what the guesses leave is walked
+    record by record in Python.
+    """
+    stretches = [_Stretch(start, count, end, base, []) for start, end, count, base in blocks]
+    for _ in range(_GUESS_ROUNDS):
+        open_ = [s for s in stretches if not s.walk and s.left >= _GUESS_MIN]
+        if not open_:
+            break
+        _guess(buf, data, size, open_)
+    parts: list[Ints] = []
+    for s, (block_start, block_end, count, base_offset) in zip(stretches, blocks, strict=True):
+        parts.extend(s.placed)
+        placed = count - s.left
+        if s.left:
+            rest = _walk(buf, s.p, block_end, base_offset)
+            parts.append(np.array(rest, np.int64))
+            placed += len(rest)
+        if placed != count:
+            raise CorruptBatchError(
+                f"batch at offset {base_offset} declares {count} records in "
+                f"{block_end - block_start} bytes, which hold {placed}"
+            )
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _varints(
+    data: npt.NDArray[np.uint8], size: int, pos: Ints, max_bytes: int, what: str
+) -> tuple[npt.NDArray[np.uint64], Ints]:
+    """Lane-wise unsigned varints at ``pos`` (positions at most ``size``, the end of the
+    records; reads past it see the zero padding): (values, positions after them)."""
+    if pos.size and int(pos.max()) > size:
+        raise CorruptBatchError(f"{what}: a record runs past the end of its batch")
+    b = data[pos]
+    value = b.astype(np.uint64)
+    after = pos + 1
+    more = np.flatnonzero(b >= 0x80)
+    if not more.size:
+        return value, after
+    value[more] &= np.uint64(0x7F)
     for k in range(1, max_bytes):
-        at = pc.min_element_wise(pc.add(pos, k), last)
-        b = pc.take(data, at).cast(pa.uint64())
-        part = pc.shift_left(pc.bit_wise_and(b, 0x7F), pa.scalar(7 * k, pa.uint64()))
-        value = pc.if_else(more, pc.bit_wise_or(value, part), value)
-        size = pc.if_else(more, pc.add(size, 1), size)
-        more = pc.and_(more, pc.greater_equal(b, 0x80))
-        if not pc.any(more).as_py():
-            return value, size
+        part = data[pos[more] + k].astype(np.uint64)
+        value[more] |= (part & np.uint64(0x7F)) << np.uint64(7 * k)
+        after[more] += 1
+        more = more[part >= 0x80]
+        if not more.size:
+            return value, after
     raise CorruptBatchError(f"{what}: varint longer than {max_bytes} bytes")
 
 
-def _zigzag(value: pa.Array) -> pa.Array:
-    """Zigzag-decoded int64 of uint64 lanes."""
-    half = pc.shift_right(value, pa.scalar(1, pa.uint64())).cast(pa.int64(), safe=False)
-    sign = pc.negate(pc.bit_wise_and(value, 1).cast(pa.int64()))
-    return pc.bit_wise_xor(half, sign)
-
-
-def _arange(n: int, step: int = 1) -> pa.Array:
-    ones = pa.repeat(pa.scalar(step, pa.int64()), n)
-    return pc.subtract(pc.cumulative_sum(ones), step)
+def _zigzag(value: npt.NDArray[np.uint64]) -> Ints:
+    """Zigzag-decoded int64 of unsigned lanes."""
+    half = (value >> np.uint64(1)).astype(np.int64)
+    sign = -(value & np.uint64(1)).astype(np.int64)
+    out: Ints = half ^ sign
+    return out
 
 
 def _gather_binary(
-    data: pa.Buffer, size: int, start: pa.Array, stop: pa.Array, null: pa.Array | None
+    buffer: pa.Buffer, size: int, start: Ints, length: Ints, null: npt.NDArray[np.bool_] | None
 ) -> pa.Array:
-    """Binary column of data[start:stop] per lane (null where ``null``).
+    """Binary column of the bytes [start, start + length) of ``buffer`` per lane (null where
+    ``null``).
 
-    The ranges are ordered and disjoint, so [start0, stop0, start1, stop1, ...] are the
-    offsets of a binary array over ``data`` itself whose even elements are the wanted values
-    and odd ones the bytes between them; taking the even elements copies the values out
-    contiguously in one kernel.
+    The ranges are ordered and disjoint, so [start0, stop0, start1, stop1, ..., size] are the
+    offsets of a binary array over ``buffer`` itself whose even elements are the wanted
+    values and odd ones the bytes between them; taking the even elements copies the values
+    out contiguously in one kernel.
     """
     n = len(start)
-    lane = _arange(2 * n)
-    pick = pc.add(pc.shift_right(lane, 1), pc.multiply(pc.bit_wise_and(lane, 1), n))
-    bounds = pc.take(pa.concat_arrays([start, stop]), pick)
-    offsets = pa.concat_arrays([bounds, pa.array([size], pa.int64())]).cast(pa.int32())
-    both = pa.Array.from_buffers(pa.binary(), 2 * n, [None, offsets.buffers()[1], data])
-    values = pc.take(both, _arange(n, 2))
+    if size >= 1 << 31:
+        raise CorruptBatchError(f"a chunk of {size} bytes is too large for one Arrow batch")
+    bounds = np.empty(2 * n + 1, np.int32)
+    bounds[0 : 2 * n : 2] = start
+    bounds[1 : 2 * n : 2] = start + length
+    bounds[2 * n] = size
+    both = pa.Array.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(bounds), buffer])
+    values = pc.take(both, pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
     if null is None:
         return values
-    validity = pc.invert(null).buffers()[1]
+    validity = pa.array(~null).buffers()[1]
     return pa.Array.from_buffers(
         pa.binary(), n, [validity, values.buffers()[1], values.buffers()[2]], offset=0
     )
 
 
-def _expand(run_ends: list[int], values: Sequence[int], type_: pa.DataType) -> pa.Array:
-    if len(values) == 1:
-        return pa.repeat(pa.scalar(values[0], type_), run_ends[0])
-    ree = pa.RunEndEncodedArray.from_arrays(pa.array(run_ends, pa.int32()), pa.array(values, type_))
-    return pc.run_end_decode(ree)
+def _per_record(counts: Ints, values: Sequence[int], dtype: type) -> npt.NDArray[Any]:
+    return np.repeat(np.array(values, dtype), counts)
 
 
 def _headers_column(
@@ -213,6 +383,24 @@ def _headers_column(
         for r in decode_records(data, pos, header=header):
             rows.append([{"key": k, "value": v} for k, v in r.headers])
     return pa.array(rows, HEADER_TYPE)
+
+
+def _frame(data: npt.NDArray[np.uint8], size: int, starts: Ints) -> tuple[Ints, Ints] | None:
+    """For records at ``starts`` (ascending): the position after each one's length varint
+    and its end; None when the ends do not chain, i.e. when a record does not end where the
+    next begins (the last at ``size``, the end of the records).
+
+    Records are stored back to back and the batches' blocks were joined in order, so this
+    one check says that ``starts`` are exactly the records' positions.
+    """
+    length_zz, after = _varints(data, size, starts, 5, "record length")
+    length = _zigzag(length_zz)
+    if int(length.min()) < 6:
+        raise CorruptBatchError("a record declares a length below the smallest record")
+    ends = after + length
+    if int(ends[-1]) != size or not np.array_equal(ends[:-1], starts[1:]):
+        return None
+    return after, ends
 
 
 def decode_chunk(
@@ -256,96 +444,83 @@ def decode_chunk(
         pieces.append(block)
         blocks.append((at, at + len(block), header.record_count, header.base_offset))
         at += len(block)
-    buf = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-    starts = _record_starts(buf, blocks)
-    n = len(starts)
-
-    run_ends: list[int] = []
-    total = 0
-    for _, header in kept:
-        total += header.record_count
-        run_ends.append(total)
-
+    size = at
+    pieces.append(_PAD)
+    buf = b"".join(pieces)
     buffer = pa.py_buffer(buf)
-    data_arr = pa.Array.from_buffers(pa.uint8(), len(buf), [None, buffer])
-    length_zz, pos_arr = _varints(data_arr, pa.array(starts, pa.int64()), 5, "record length")
-    length = _zigzag(length_zz)
-    if pc.min(length).as_py() < 6:
-        raise CorruptBatchError("a record declares a length below the smallest record")
-    end_arr = pc.add(pos_arr, length)
+    raw = np.frombuffer(buf, np.uint8)
+    counts = np.array([h.record_count for _, h in kept], np.int64)
+    n = int(counts.sum())
+
+    framed = _frame(raw, size, _record_starts(buf, raw, size, blocks))
+    if framed is None:
+        raise CorruptBatchError("record lengths do not add up to their batch")
+    pos_arr, end_arr = framed
     # attributes (one byte, unused) then the timestamp delta
-    pos_arr = pc.add(pos_arr, 1)
-    ts_delta, pos_arr = _varints(data_arr, pos_arr, 10, "timestamp delta")
+    ts_delta, pos_arr = _varints(raw, size, pos_arr + 1, 10, "timestamp delta")
     _check_inside(pos_arr, end_arr, "timestamp delta")
-    off_delta, pos_arr = _varints(data_arr, pos_arr, 5, "offset delta")
+    off_delta, pos_arr = _varints(raw, size, pos_arr, 5, "offset delta")
     _check_inside(pos_arr, end_arr, "offset delta")
-    key_zz, pos_arr = _varints(data_arr, pos_arr, 5, "key length")
+    key_zz, pos_arr = _varints(raw, size, pos_arr, 5, "key length")
     _check_inside(pos_arr, end_arr, "key length")
     key_len = _zigzag(key_zz)
     key_start = pos_arr
-    key_null = pc.equal(key_len, -1)
-    key_bytes = pc.max_element_wise(key_len, 0)
-    pos_arr = pc.add(pos_arr, key_bytes)
+    key_null = key_len == -1
+    key_bytes = np.maximum(key_len, 0)
+    pos_arr = pos_arr + key_bytes
     _check_inside(pos_arr, end_arr, "key")
-    val_zz, pos_arr = _varints(data_arr, pos_arr, 5, "value length")
+    val_zz, pos_arr = _varints(raw, size, pos_arr, 5, "value length")
     _check_inside(pos_arr, end_arr, "value length")
     val_len = _zigzag(val_zz)
     val_start = pos_arr
-    val_null = pc.equal(val_len, -1)
-    val_bytes = pc.max_element_wise(val_len, 0)
-    pos_arr = pc.add(pos_arr, val_bytes)
+    val_null = val_len == -1
+    val_bytes = np.maximum(val_len, 0)
+    pos_arr = pos_arr + val_bytes
     _check_inside(pos_arr, end_arr, "value")
-    if pc.min(key_len).as_py() < -1 or pc.min(val_len).as_py() < -1:
+    if int(key_len.min()) < -1 or int(val_len.min()) < -1:
         raise CorruptBatchError("a record has a key or value length below -1")
-    header_count = pc.take(data_arr, pc.min_element_wise(pos_arr, len(buf) - 1))
-    no_headers = pc.equal(header_count, 0)
-    after = pc.add(pos_arr, 1)
+    no_headers = raw[pos_arr] == 0  # the header count (pos_arr <= size: padding)
     # A record without headers ends right after its (zero) header count.
-    bad = pc.and_(no_headers, pc.not_equal(after, end_arr))
-    if pc.any(bad).as_py():
+    if (no_headers & (pos_arr + 1 != end_arr)).any():
         raise CorruptBatchError("a record's fields do not add up to its length")
-    has_headers = not pc.all(no_headers).as_py()
+    has_headers = not bool(no_headers.all())
 
     deltas = _zigzag(off_delta)
-    bases = _expand(run_ends, [h.base_offset for _, h in kept], pa.int64())
-    last_deltas = _expand(run_ends, [h.last_offset_delta for _, h in kept], pa.int64())
-    if pc.min(deltas).as_py() < 0 or pc.any(pc.greater(deltas, last_deltas)).as_py():
+    bases = _per_record(counts, [h.base_offset for _, h in kept], np.int64)
+    last_deltas = _per_record(counts, [h.last_offset_delta for _, h in kept], np.int64)
+    if int(deltas.min()) < 0 or (deltas > last_deltas).any():
         raise CorruptBatchError("an offset delta lies outside its batch")
-    offsets = pc.add(bases, deltas)
-    if n > 1 and pc.min(pc.pairwise_diff(offsets)).as_py() <= 0:
+    offsets = bases + deltas
+    if n > 1 and int(np.diff(offsets).min()) <= 0:
         raise CorruptBatchError("record offsets do not rise strictly")
 
     append_time = [h.is_log_append_time for _, h in kept]
-    ts_base = _expand(
-        run_ends,
+    ts_base = _per_record(
+        counts,
         [h.max_timestamp if h.is_log_append_time else h.base_timestamp for _, h in kept],
-        pa.int64(),
+        np.int64,
     )
     if any(append_time):
-        keep_delta = pc.invert(_expand(run_ends, append_time, pa.bool_()))
-        ts_ms = pc.add(ts_base, pc.if_else(keep_delta, _zigzag(ts_delta), 0))
+        keep_delta = ~_per_record(counts, append_time, np.bool_)
+        ts_ms = ts_base + np.where(keep_delta, _zigzag(ts_delta), 0)
     else:
-        ts_ms = pc.add(ts_base, _zigzag(ts_delta))
-    timestamps = pc.multiply(ts_ms, 1000).cast(TIMESTAMP_TYPE)
-    ts_type = _expand(run_ends, [int(a) for a in append_time], pa.int32())
+        ts_ms = ts_base + _zigzag(ts_delta)
+    timestamps = pa.array(ts_ms * 1000).cast(TIMESTAMP_TYPE)
+    ts_type = pa.array(_per_record(counts, [int(a) for a in append_time], np.int32))
 
-    if pc.all(key_null).as_py():
+    if bool(key_null.all()):
         keys = pa.nulls(n, pa.binary())
     else:
-        keys = _gather_binary(buffer, len(buf), key_start, pc.add(key_start, key_bytes), key_null)
+        keys = _gather_binary(buffer, size, key_start, key_bytes, key_null)
     values = _gather_binary(
-        buffer,
-        len(buf),
-        val_start,
-        pc.add(val_start, val_bytes),
-        val_null if pc.any(val_null).as_py() else None,
+        buffer, size, val_start, val_bytes, val_null if bool(val_null.any()) else None
     )
     columns = [
         keys,
         values,
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        offsets,
+        pa.array(offsets),
         timestamps,
         ts_type,
     ]
@@ -355,13 +530,13 @@ def decode_chunk(
     first = kept[0][1].base_offset
     last = kept[-1][1].last_offset
     if first < start or (end is not None and last >= end):
-        upper = pc.less(offsets, end) if end is not None else None
-        lower = pc.greater_equal(offsets, start)
-        mask = lower if upper is None else pc.and_(lower, upper)
-        batch = batch.filter(mask)
+        mask = offsets >= start
+        if end is not None:
+            mask &= offsets < end
+        batch = batch.filter(pa.array(mask))
     return Decoded(batch if batch.num_rows else None, next_offset, len(found))
 
 
-def _check_inside(pos: pa.Array, end: pa.Array, what: str) -> None:
-    if pc.any(pc.greater(pos, end)).as_py():
+def _check_inside(pos: Ints, end: Ints, what: str) -> None:
+    if (pos > end).any():
         raise CorruptBatchError(f"a record's {what} runs past the end of the record")

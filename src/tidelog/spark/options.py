@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.client.config import parse_config
+from tidelog.client.config import KINDS, parse_config
 from tidelog.client.errors import ConfigError
 
 EARLIEST = -2
@@ -54,7 +54,9 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     group_id: str | None = None
+    admin_client: dict[str, Any] = field(default_factory=dict)
     timestamp_strategy: str = "error"
     fetch_max_bytes: int = 8 * 1024 * 1024
     poll_timeout_ms: int = 120_000
@@ -76,6 +78,37 @@ def client_config(options: Mapping[str, str], kind: str) -> dict[str, Any]:
     except (ConfigError, ValueError) as exc:
         raise TidelogOptionError(f"kafka.* options: {exc}") from None
     return config
+
+
+# How long one consumer-group commit may take in all (retries included) unless
+# kafka.default.api.timeout.ms says otherwise: the commit runs between micro-batches.
+GROUP_COMMIT_TIMEOUT_MS = 15_000
+
+
+def admin_config(client: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a consumer configuration an admin client takes (connection settings),
+    for committing the query's progress as a consumer group."""
+    known = KINDS["admin"]
+    config = {k: v for k, v in client.items() if k in known}
+    config.setdefault("default.api.timeout.ms", GROUP_COMMIT_TIMEOUT_MS)
+    return config
+
+
+def group_name(opts: Mapping[str, str]) -> str | None:
+    """The consumer group a stream records its progress in: ``kafka.group.id`` as given,
+    else ``groupIdPrefix`` as given; None (no group) when neither is set.
+
+    The name must not change when a query restarts from its checkpoint, and Spark does not
+    tell a Python data source its checkpoint location; so, unlike Spark's Kafka connector
+    (which appends a random id per run to ``groupIdPrefix``), nothing is appended.
+    """
+    for key, display in (("kafka.group.id", "kafka.group.id"), ("groupidprefix", "groupIdPrefix")):
+        if key in opts:
+            name = opts[key].strip()
+            if not name:
+                raise TidelogOptionError(f"option {display!r} is empty")
+            return name
+    return None
 
 
 def _json(name: str, text: str) -> Any:
@@ -239,14 +272,17 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     min_partitions = None
     if "minpartitions" in opts:
         min_partitions = _positive("minPartitions", opts["minpartitions"])
+    max_records = None
+    if "maxrecordsperpartition" in opts:
+        max_records = _positive("maxRecordsPerPartition", opts["maxrecordsperpartition"])
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise TidelogOptionError(
             f"option 'startingOffsetsByTimestampStrategy' must be error or latest, got {strategy!r}"
         )
-    group_id = opts.get("kafka.group.id") or opts.get("groupidprefix")
+    client = client_config(options, "consumer")
     return SourceOptions(
-        client=client_config(options, "consumer"),
+        client=client,
         subscribe=topics,
         pattern=pattern,
         assign=assigned,
@@ -256,7 +292,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         min_partitions=min_partitions,
-        group_id=group_id,
+        max_records_per_partition=max_records,
+        group_id=group_name(opts),
+        admin_client=admin_config(client),
         timestamp_strategy=strategy,
         fetch_max_bytes=_positive("fetchMaxBytes", opts.get("fetchmaxbytes", str(8 << 20))),
         poll_timeout_ms=_positive(

@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from tidelog.client.errors import ClientError, UnsupportedApiError
+from tidelog.client.errors import ClientClosedError, ClientError
 from tidelog.client.fetch_raw import RawFetch, RawPartitionReader
 from tidelog.client.types import TopicPartition
 from tidelog.protocol import ErrorCode
@@ -89,21 +89,32 @@ class OffsetRange(InputPartition):
     end: int
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Cut the ranges into at least ``min_partitions`` pieces, larger ranges into more."""
+def _cut(r: OffsetRange, pieces: int) -> list[OffsetRange]:
+    step, extra = divmod(r.end - r.start, pieces)
+    out: list[OffsetRange] = []
+    at = r.start
+    for i in range(pieces):
+        stop = at + step + (1 if i < extra else 0)
+        out.append(OffsetRange(r.topic, r.partition, at, stop))
+        at = stop
+    return out
+
+
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """Cut every range longer than ``max_records`` into equal pieces of at most that many
+    offsets, then, while there are fewer than ``min_partitions`` pieces, cut them into at
+    least ``min_partitions``, larger ranges into more."""
+    if max_records:
+        ranges = [p for r in ranges for p in _cut(r, max(1, -(-(r.end - r.start) // max_records)))]
     total = sum(r.end - r.start for r in ranges)
     if not min_partitions or len(ranges) >= min_partitions or total <= 0:
         return ranges
     out: list[OffsetRange] = []
     for r in ranges:
         size = r.end - r.start
-        pieces = max(1, min(size, round(size * min_partitions / total + 0.4999)))
-        step, extra = divmod(size, pieces)
-        at = r.start
-        for i in range(pieces):
-            stop = at + step + (1 if i < extra else 0)
-            out.append(OffsetRange(r.topic, r.partition, at, stop))
-            at = stop
+        out.extend(_cut(r, max(1, min(size, round(size * min_partitions / total + 0.4999)))))
     return out
 
 
@@ -309,6 +320,64 @@ def _next_offset(data: bytes, position: int) -> int:
     return last
 
 
+class GroupCommitter:
+    """Commits a stream's offsets as a consumer group through an admin client kept open
+    between micro-batches (commits from outside the group: it has no members).
+
+    Never raises: a failure is logged as a warning when it is new or when
+    ``WARN_EVERY_S`` passed since the last warning, and recovery is logged too.
+    """
+
+    WARN_EVERY_S = 300.0
+
+    def __init__(self) -> None:
+        self._admin: Any = None
+        self._failing: str | None = None
+        self._warned_at = 0.0
+        self._last: Offsets | None = None
+
+    def commit(self, group: str, config: Mapping[str, Any], offsets: Offsets) -> bool:
+        """Commit ``offsets`` for ``group`` unless they are what was last committed; True
+        when the group holds them."""
+        if not offsets or offsets == self._last:
+            return True
+        try:
+            if self._admin is None:
+                from tidelog.client import Admin
+
+                self._admin = Admin(dict(config))
+            self._admin.alter_consumer_group_offsets(group, offsets)
+        except Exception as exc:  # advisory progress: nothing here may fail the query
+            if not isinstance(exc, ClientError) or isinstance(exc, ClientClosedError):
+                self._drop_admin()  # start afresh next time
+            text = f"{type(exc).__name__}: {exc}"
+            now = time.monotonic()
+            if text != self._failing or now - self._warned_at >= self.WARN_EVERY_S:
+                log.warning(
+                    "cannot record the query's progress as consumer group %r (%s); the "
+                    "checkpoint still holds it, and the next micro-batch tries again",
+                    group,
+                    text,
+                )
+                self._warned_at = now
+            self._failing = text
+            return False
+        self._last = dict(offsets)
+        if self._failing is not None:
+            log.info("recording progress as consumer group %r works again", group)
+            self._failing = None
+        return True
+
+    def _drop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+    def close(self) -> None:
+        self._drop_admin()
+
+
 class TidelogBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -338,7 +407,7 @@ class TidelogBatchReader(DataSourceReader):
                 )
             if end > start:
                 ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
-        return list(split_ranges(ranges, o.min_partitions))
+        return list(split_ranges(ranges, o.min_partitions, o.max_records_per_partition))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
@@ -352,8 +421,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._offsets: _Offsets | None = None
         self._target: Offsets | None = None
-        self._admin: Any = None
-        self._commit_warned = False
+        self._group_commits = GroupCommitter()
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors need only the options; clients stay on the driver.
@@ -387,6 +455,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json(start)
+        self._record_progress(begin)
         if self._target is not None:
             latest = dict(self._target)
         else:
@@ -422,7 +491,11 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp in sorted(stop)
             if stop[tp] > begin[tp]
         ]
-        return list(split_ranges(ranges, self.options.min_partitions))
+        return list(
+            split_ranges(
+                ranges, self.options.min_partitions, self.options.max_records_per_partition
+            )
+        )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
@@ -431,29 +504,26 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def commit(self, end: dict[str, Any]) -> None:
-        group = self.options.group_id
-        if group is None or self._commit_warned:
-            return
-        try:
-            if self._admin is None:
-                from tidelog.client import Admin
+        # Spark calls this for micro-batch N only when it plans batch N+1, after latestOffset
+        # has already recorded the same offsets; kept for engines that call it sooner.
+        self._record_progress(from_json(end))
 
-                self._admin = Admin(self.options.client)
-            alter = getattr(self._admin, "alter_consumer_group_offsets", None)
-            if alter is None:
-                raise UnsupportedApiError("this client cannot commit group offsets")
-            alter(group, from_json(end))
-        except ClientError as exc:
-            # Progress lives in Spark's checkpoint; the group is only a view for lag tools.
-            self._commit_warned = True
-            log.warning(
-                "cannot record progress as consumer group %r (%s); not trying again", group, exc
-            )
+    def _record_progress(self, done: Offsets) -> None:
+        """Record ``done`` (offsets every committed micro-batch has read up to) as the offsets
+        of the consumer group named by ``kafka.group.id`` or ``groupIdPrefix``, if any.
+
+        Spark asks ``latestOffset(start)`` only after the micro-batch ending at ``start`` is
+        in the checkpoint's commit log, so ``start`` is the query's progress; recording it
+        there (rather than only in ``commit``, which Spark calls one batch late) makes a
+        drained query show no lag. The group is a view for lag tools: progress lives in the
+        checkpoint, and a failed group commit never fails the query.
+        """
+        group = self.options.group_id
+        if group is not None:
+            self._group_commits.commit(group, self.options.admin_client, done)
 
     def stop(self) -> None:
+        self._group_commits.close()
         if self._offsets is not None:
             self._offsets.close()
             self._offsets = None
-        if self._admin is not None:
-            self._admin.close()
-            self._admin = None
