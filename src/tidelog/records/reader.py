@@ -34,7 +34,8 @@ invalid bytes, as the Java client does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any, NamedTuple, TypeVar
 
 from tidelog.records.batch import (
@@ -45,6 +46,7 @@ from tidelog.records.batch import (
 )
 from tidelog.records.compression import Compression, codec_of, decompress
 from tidelog.records.errors import CorruptBatchError, TruncatedBatchError
+from tidelog.records.runs import MIN_RUN, find_run, run_records
 
 # length(1) + attributes(1) + timestamp(1) + offset(1) + key(1) + value(1) + headers(1)
 MIN_RECORD_SIZE = 7
@@ -129,9 +131,15 @@ def _parse(
     row_type: type[tuple[Any, ...]] | None = None,
     topic: str = "",
     partition: int = -1,
-) -> Iterator[Any]:
-    """Records of the batch: :class:`Record` s, or with ``row_type`` rows of that tuple type
-    holding (topic, partition, offset, timestamp, key, value, headers)."""
+) -> Iterator[Iterable[Any]]:
+    """The records of the batch in chunks: :class:`Record` s, or with ``row_type`` rows of
+    that tuple type holding (topic, partition, offset, timestamp, key, value, headers).
+
+    Uniform runs (:mod:`tidelog.records.runs`) are decoded whole in C; elsewhere records are
+    read one by one, for a stretch that doubles while no run starts, so that a batch that is
+    not uniform pays little for the attempts. A corrupt record ends the iteration with
+    CorruptBatchError, after a chunk holding the good records before it.
+    """
     count = header.record_count
     size = len(data)
     if count > size // MIN_RECORD_SIZE:
@@ -139,6 +147,63 @@ def _parse(
             f"record batch at position {pos} declares {count} records but its "
             f"{size}-byte records block holds at most {size // MIN_RECORD_SIZE}"
         )
+    p = 0
+    index = 0
+    previous_delta = -1
+    stretch = MIN_RUN
+    while index < count:
+        run = find_run(data, p, index, previous_delta, count, header.last_offset_delta)
+        if run is not None:
+            yield run_records(
+                data,
+                run,
+                header.base_offset,
+                header.base_timestamp,
+                header.is_log_append_time,
+                header.max_timestamp,
+                Record if row_type is None else row_type,
+                None if row_type is None else topic,
+                partition,
+            )
+            p = run.end
+            index += run.records
+            previous_delta = index - 1
+            stretch = MIN_RUN
+            continue
+        stop = min(count, index + stretch)
+        out: list[Any] = []
+        try:
+            p, previous_delta = _parse_span(
+                out, data, header, pos, p, index, stop, previous_delta, row_type, topic, partition
+            )
+        except CorruptBatchError:
+            yield out
+            raise
+        yield out
+        index = stop
+        stretch *= 2
+    if p != size:
+        raise CorruptBatchError(
+            f"record batch at position {pos} has {size - p} bytes after its {count} records"
+        )
+
+
+def _parse_span(
+    out: list[Any],
+    data: bytes,
+    header: BatchHeader,
+    pos: int,
+    p: int,
+    first: int,
+    stop: int,
+    previous_delta: int,
+    row_type: type[tuple[Any, ...]] | None,
+    topic: str,
+    partition: int,
+) -> tuple[int, int]:
+    """Records ``first`` to ``stop`` (exclusive) from byte ``p``, one by one, onto ``out``;
+    returns the position after them and the offset delta of the last."""
+    size = len(data)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     last_offset_delta = header.last_offset_delta
@@ -149,13 +214,12 @@ def _parse(
     uvarint = _uvarint
     parse_headers = _parse_headers
     no_headers = _NO_HEADERS
-    p = 0
-    previous_delta = -1
-    index = 0
+    append = out.append
+    index = first
     # Varints of one and two bytes (values -8192 .. 8191) are read inline; longer ones
     # go through _uvarint. IndexError means a field ran past the block.
     try:
-        for index in range(count):
+        for index in range(first, stop):
             # length
             zz = data[p]
             if zz < 0x80:
@@ -272,22 +336,24 @@ def _parse(
                     f"but its fields take {length + p - end}"
                 )
             if row_type is None:
-                yield new(
-                    record_type, (base_offset + delta, timestamp, key, value, headers, attributes)
+                append(
+                    new(
+                        record_type,
+                        (base_offset + delta, timestamp, key, value, headers, attributes),
+                    )
                 )
             else:
-                yield new(
-                    row_type,
-                    (topic, partition, base_offset + delta, timestamp, key, value, headers),
+                append(
+                    new(
+                        row_type,
+                        (topic, partition, base_offset + delta, timestamp, key, value, headers),
+                    )
                 )
     except IndexError:
         raise CorruptBatchError(
             f"record {index} of batch at position {pos} runs past the end of the records block"
         ) from None
-    if p != size:
-        raise CorruptBatchError(
-            f"record batch at position {pos} has {size - p} bytes after its {count} records"
-        )
+    return p, previous_delta
 
 
 def _parse_headers(data: bytes, p: int, end: int, index: int, pos: int) -> tuple[Headers, int]:
@@ -355,13 +421,42 @@ def check_records(
             f"record batch at position {pos} declares {count} records but its "
             f"{size}-byte records block holds at most {size // MIN_RECORD_SIZE}"
         )
-    last_offset_delta = header.last_offset_delta
-    uvarint = _uvarint
     p = 0
-    previous = -1
     index = 0
+    previous = -1
+    stretch = MIN_RUN
     try:
-        for index in range(count):
+        # As in _parse: uniform runs at once, record by record elsewhere.
+        while index < count:
+            run = find_run(data, p, index, previous, count, header.last_offset_delta)
+            if run is not None:
+                p = run.end
+                index += run.records
+                previous = index - 1
+                stretch = MIN_RUN
+                continue
+            stop = min(count, index + stretch)
+            p, previous = _check_span(data, pos, p, index, stop, previous, header.last_offset_delta)
+            index = stop
+            stretch *= 2
+    except CorruptBatchError as exc:
+        raise CorruptBatchError(f"record batch at position {pos}: {exc}") from None
+    if p != size:
+        raise CorruptBatchError(
+            f"record batch at position {pos} has {size - p} bytes after its {count} records"
+        )
+
+
+def _check_span(
+    data: bytes, pos: int, p: int, first: int, stop: int, previous: int, last_offset_delta: int
+) -> tuple[int, int]:
+    """Checks records ``first`` to ``stop`` (exclusive) from byte ``p`` one by one; returns
+    the position after them and the offset delta of the last."""
+    size = len(data)
+    uvarint = _uvarint
+    index = first
+    try:
+        for index in range(first, stop):
             zz = data[p]
             if zz < 0x80:
                 p += 1
@@ -432,12 +527,7 @@ def check_records(
                 raise CorruptBatchError(f"record {index}: fields do not fill its length")
     except IndexError:
         raise CorruptBatchError(f"record {index} runs past the end of the records block") from None
-    except CorruptBatchError as exc:
-        raise CorruptBatchError(f"record batch at position {pos}: {exc}") from None
-    if p != size:
-        raise CorruptBatchError(
-            f"record batch at position {pos} has {size - p} bytes after its {count} records"
-        )
+    return p, previous
 
 
 def _prepare(
@@ -471,7 +561,7 @@ def iter_records(
     reaches them, after the good records before them.
     """
     header, data = _prepare(buf, pos, header, verify_crc, max_size, max_decompressed_size)
-    return _parse(data, header, pos)
+    return chain.from_iterable(_parse(data, header, pos))
 
 
 def decode_records(
@@ -485,7 +575,7 @@ def decode_records(
 ) -> list[Record]:
     """Every record of the batch at ``pos``; all or nothing (see :func:`iter_records`)."""
     header, data = _prepare(buf, pos, header, verify_crc, max_size, max_decompressed_size)
-    return list(_parse(data, header, pos))
+    return list(chain.from_iterable(_parse(data, header, pos)))
 
 
 def decode_rows(
@@ -503,7 +593,7 @@ def decode_rows(
     offset, timestamp, key, value, headers), built directly: a consumer's record type costs
     no intermediate :class:`Record` per record. All or nothing, as :func:`decode_records`."""
     header, data = _prepare(buf, pos, header, verify_crc, None, max_decompressed_size)
-    return list(_parse(data, header, pos, row_type, topic, partition))
+    return list(chain.from_iterable(_parse(data, header, pos, row_type, topic, partition)))
 
 
 def decode_columns(
