@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from tidelog.client.aio.admin import AIOAdmin, ClusterDescription
 from tidelog.client.aio.consumer import AIOConsumer, listener_in_threads
 from tidelog.client.aio.producer import (
+    RECORD_OVERHEAD,
     AIOProducer,
     DeliveryCallback,
     DeliveryFuture,
@@ -128,6 +129,11 @@ class Producer(_Facade):
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(AIOProducer, config, kwargs)
         self._loop = self._thread.loop
+        self._sending = True  # until close() begins
+        # What every send uses, looked up once.
+        core = self._core
+        self._plain_limit = core.plain_limit
+        self._hand_over = core.hand_over
 
     def send(
         self,
@@ -139,18 +145,36 @@ class Producer(_Facade):
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> concurrent.futures.Future[RecordMetadata]:
-        """Queue one record; the future resolves once the broker acknowledged it."""
-        if self._closed:
+        """Queue one record; the future resolves once the broker acknowledged it.
+
+        The future is running from the start: ``cancel()`` returns False (the record is on
+        its way and is delivered or fails regardless)."""
+        if not self._sending:
             raise ClientClosedError("the producer is closed")
+        future = DeliveryFuture()
+        if (
+            type(value) is bytes
+            and key is None
+            and headers is None
+            and partition is None
+            and timestamp is None
+            and on_delivery is None
+            and type(topic) is str
+            and topic
+        ):
+            size = len(value) + RECORD_OVERHEAD
+            if size <= self._plain_limit:
+                # Just a topic and a value: the loop batches these with the least work.
+                self._hand_over(self._loop, (topic, value, future, size), size)
+                return future
         core = self._core
         key, value, record_headers, size = core.prepare(topic, value, key, headers, partition)
-        core.buffer.reserve(size, core.max_block)
-        result = DeliveryFuture()
-        core.submit_threadsafe(
+        self._hand_over(
             self._loop,
-            (topic, key, value, record_headers, partition, timestamp, on_delivery, result, size),
+            (topic, key, value, record_headers, partition, timestamp, on_delivery, future, size),
+            size,
         )
-        return result
+        return future
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every record sent so far is acknowledged; returns how many are not."""
@@ -163,6 +187,7 @@ class Producer(_Facade):
     def close(self, timeout: float | None = None) -> None:
         if self._closed:
             return
+        self._sending = False
         try:
             self._run(self._core.close(timeout))
         finally:
