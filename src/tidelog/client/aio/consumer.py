@@ -563,17 +563,27 @@ class AIOConsumer:
 
     def _prefetch(self) -> None:
         """Send the next fetch now when partitions with a known position have nothing
-        buffered, instead of at the next poll, so the broker works while the caller does."""
+        buffered, instead of at the next poll, so the broker works while the caller does.
+
+        While other partitions still hold records, the fetch asks the broker not to wait:
+        one fetch is in flight at a time, and a request for partitions that are at their
+        end would otherwise park at the broker for fetch.max.wait.ms, holding back the
+        fetch the still-buffered partitions need once the caller has drained them
+        (measured: a 500 ms stall per drained topic, a third of the consumer's speed)."""
         if self._fetch_task is not None:
             return
         buffers, paused = self._buffers, self._paused
-        if any(
-            position is not None and tp not in buffers and tp not in paused
-            for tp, position in self._positions.items()
-        ):
-            self._fetch_task = asyncio.get_running_loop().create_task(
-                self._fetch(self.config["fetch.max.wait.ms"])
-            )
+        fetchable = still_buffered = False
+        for tp, position in self._positions.items():
+            if tp in paused:
+                continue
+            if tp in buffers:
+                still_buffered = True
+            elif position is not None:
+                fetchable = True
+        if fetchable:
+            wait_ms = 0 if still_buffered else self.config["fetch.max.wait.ms"]
+            self._fetch_task = asyncio.get_running_loop().create_task(self._fetch(wait_ms))
 
     def _ready(self) -> bool:
         paused = self._paused
