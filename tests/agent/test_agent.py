@@ -178,7 +178,7 @@ def test_socket_round_trip_sync_async_and_status(
     agent.refresh_topic_sync(topic)
     assert agent.partition_count(topic) == 2
     server = AgentServer(agent, sock)
-    server.start_sync()
+    server.start()
     try:
         with AgentClient(sock) as client:
             first = client.send(topic, b"one", key=b"a", headers=[("h", None)])
@@ -216,7 +216,7 @@ def test_socket_round_trip_sync_async_and_status(
         assert out.splitlines()[0].split()[:3] == ["TOPIC", "PARTITION", "DEPTH"]
         assert topic in out
     finally:
-        server.stop_sync()
+        server.stop()
         agent.close()
     records = read_topic(broker.bootstrap, topic, 2)
     values = [v for rs in records.values() for _, _, v in rs]
@@ -243,7 +243,7 @@ def test_offsets_and_ages_survive_a_restart(
     sock = tmp_path / "agent.sock"
     agent = Agent(config)
     server = AgentServer(agent, sock)
-    server.start_sync()
+    server.start()
     try:
         with AgentClient(sock) as client:
             for i, event in enumerate(ids):
@@ -252,7 +252,7 @@ def test_offsets_and_ages_survive_a_restart(
                 assert client.delivery(event) == expected
                 assert by_value[b"v%d" % i] == (event.partition, offsets[event])
     finally:
-        server.stop_sync()
+        server.stop()
         agent.close()
 
 

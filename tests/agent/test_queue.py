@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.agent import queue as queue_module
-from tidelog.agent.errors import EventFormatError, QueueFullError
+from tidelog.agent.errors import AgentClosedError, EventFormatError, QueueFullError
 from tidelog.agent.event import check_body, decode_body, encode_body
 from tidelog.agent.queue import CURSOR_SLOT, ENTRY_SIZE, DiskQueue
 
@@ -65,8 +66,8 @@ def test_torn_tail_is_cut(tmp_path: Path) -> None:
     size = seg.stat().st_size
     full = encode_body(None, b"never acknowledged", None, 0)
     with seg.open("ab") as f:
-        # A header and half a body: what a crash in the middle of a write leaves.
-        f.write((len(full)).to_bytes(4, "big") + b"\0\0\0\0" + (5).to_bytes(8, "big") + full[:7])
+        # A header and part of a body: what a crash in the middle of a write leaves.
+        f.write((len(full)).to_bytes(4, "big") + b"\0\0\0\0" + (5).to_bytes(8, "big") + full[-7:])
     q = DiskQueue.open(tmp_path / "q")
     assert q.truncated_bytes == ENTRY_SIZE + 7
     assert seg.stat().st_size == size
@@ -74,6 +75,49 @@ def test_torn_tail_is_cut(tmp_path: Path) -> None:
     assert q.append([body(5)]) == 5
     assert read_all(q)[-1] == (5, body(5))
     q.close()
+
+
+def test_zeros_written_ahead_are_not_a_torn_tail(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q")
+    bodies = [body(i) for i in range(50)]
+    q.append(bodies[:30])
+    q.append(bodies[30:])
+    seg = segments(tmp_path / "q")[-1]
+    data_end = q.durable_pos
+    # While the queue is open its file runs ahead of the entries, with zeros.
+    assert seg.stat().st_size > data_end
+    assert seg.read_bytes()[data_end:].strip(b"\0") == b""
+    # What a killed process leaves: the files as they are now, with no close.
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for f in (tmp_path / "q").iterdir():
+        (crashed / f.name).write_bytes(f.read_bytes())
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    for f in (tmp_path / "q").iterdir():
+        (torn / f.name).write_bytes(f.read_bytes())
+    q.close()
+    assert seg.stat().st_size == data_end
+
+    r = DiskQueue.open(crashed)
+    assert r.truncated_bytes == 0
+    assert r.write_n == 50
+    assert read_all(r) == list(enumerate(bodies))
+    assert r.append([body(50)]) == 50
+    r.close()
+    r = DiskQueue.open(crashed)
+    assert read_all(r) == [*enumerate(bodies), (50, body(50))]
+    r.close()
+
+    # A torn entry inside the zeros: cut, and only its bytes count as torn.
+    with (torn / seg.name).open("r+b") as f:
+        f.seek(data_end)
+        f.write((40).to_bytes(4, "big") + b"\x01\x02\x03\x04" + (50).to_bytes(8, "big") + b"part")
+    r = DiskQueue.open(torn)
+    assert r.truncated_bytes == ENTRY_SIZE + 4
+    assert read_all(r) == list(enumerate(bodies))
+    assert (torn / seg.name).stat().st_size == data_end
+    r.close()
 
 
 def test_crc_damage_in_newest_segment_cuts_from_there(tmp_path: Path) -> None:
@@ -148,37 +192,93 @@ def test_delivered_segments_are_deleted(tmp_path: Path) -> None:
     q.close()
 
 
+class HeldFsync:
+    """``fdatasync`` that holds its ``hold``-th call until released, and fails (EIO) from call
+    ``fail_from`` on."""
+
+    def __init__(self, hold: int, fail_from: int | None = None) -> None:
+        self.calls = 0
+        self.hold = hold
+        self.fail_from = fail_from
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        if self.calls == self.hold:
+            self.held.set()
+            self.release.wait(10)
+        if self.fail_from is not None and self.calls >= self.fail_from:
+            raise OSError(5, "Input/output error")
+        os.fdatasync(fd)
+
+
+def append_behind_a_held_sync(
+    q: DiskQueue, fsync: HeldFsync, append: Callable[[int], None], numbers: range
+) -> None:
+    """``append(numbers[0])`` leads a sync that ``fsync`` holds; every other number is appended
+    by its own thread meanwhile; then the sync is released and all threads finish."""
+    leader = threading.Thread(target=append, args=(numbers[0],))
+    leader.start()
+    assert fsync.held.wait(10)
+    followers = [threading.Thread(target=append, args=(i,)) for i in numbers[1:]]
+    for w in followers:
+        w.start()
+    while q.write_n < numbers[-1] + 1:
+        threading.Event().wait(0.001)
+    fsync.release.set()
+    for w in [leader, *followers]:
+        w.join(10)
+
+
 def test_group_commit_shares_one_fsync(tmp_path: Path) -> None:
-    calls: list[int] = []
-    first_sync_started = threading.Event()
-    release = threading.Event()
+    fsync = HeldFsync(hold=1)
+    q = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    done: list[int] = []
+    # While the first sync runs, 20 writers arrive; they must all share the next one.
+    append_behind_a_held_sync(q, fsync, lambda i: done.append(q.append([body(i)])), range(21))
+    assert sorted(done) == list(range(21))
+    assert fsync.calls == 2
+    assert q.fsyncs == 2
+    q.close()
+
+
+def test_a_lone_caller_syncs_on_its_own_thread(tmp_path: Path) -> None:
+    syncing_threads: list[threading.Thread] = []
 
     def fsync(fd: int) -> None:
-        calls.append(fd)
-        if len(calls) == 1:
-            first_sync_started.set()
-            release.wait(10)
+        syncing_threads.append(threading.current_thread())
         os.fdatasync(fd)
 
     q = DiskQueue.open(tmp_path / "q", fsync=fsync)
-    done: list[int] = []
-    first = threading.Thread(target=lambda: done.append(q.append([body(0)])))
-    first.start()
-    assert first_sync_started.wait(10)
-    # While the first sync runs, 20 writers arrive; they must all share the next one.
-    writers = [
-        threading.Thread(target=lambda i=i: done.append(q.append([body(i)]))) for i in range(1, 21)
-    ]
-    for w in writers:
-        w.start()
-    while q.write_n < 21:
-        threading.Event().wait(0.001)
-    release.set()
-    for w in [first, *writers]:
-        w.join(10)
-    assert sorted(done) == list(range(21))
-    assert len(calls) == 2
-    assert q.fsyncs == 2
+    for i in range(3):
+        assert q.append([body(i)]) == i
+    assert syncing_threads == [threading.current_thread()] * 3
+    assert q.durable_n == 3
+    q.close()
+
+
+def test_a_failed_sync_fails_every_waiter_and_the_queue(tmp_path: Path) -> None:
+    fsync = HeldFsync(hold=2, fail_from=2)
+    q = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    assert q.append([body(0)]) == 0
+    errors: list[BaseException] = []
+
+    def append(i: int) -> None:
+        try:
+            q.append([body(i)])
+        except AgentClosedError as exc:
+            errors.append(exc)
+
+    append_behind_a_held_sync(q, fsync, append, range(1, 6))
+    # The leader's sync failed: it and every follower waiting behind it get the error.
+    assert len(errors) == 5
+    assert all("Input/output error" in str(e) for e in errors)
+    with pytest.raises(AgentClosedError, match="failed"):
+        q.append([body(6)])
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")
+    assert read_all(q)[0] == (0, body(0))
     q.close()
 
 

@@ -7,11 +7,11 @@
     queues/<topic>-<p>/     one disk queue per topic-partition (:mod:`tidelog.agent.queue`)
     parked/<topic>/         events of a topic without metadata yet (:mod:`tidelog.agent.parking`)
 
-Threads: callers append from their own threads (:meth:`Agent.send`) or from the event loop
-(:meth:`Agent.submit`, used by the socket server); each queue's syncer thread runs the group
-commits; one background thread runs the asyncio loop with the metadata cache
-(:class:`~tidelog.client.cluster.ClusterClient`), the senders (:mod:`tidelog.agent.sender`) and,
-in the daemon, the socket server.
+Threads: callers append from their own threads (:meth:`Agent.send`, :meth:`Agent.store`; in
+the daemon, one thread per socket connection) and the group commit runs on the caller's
+thread (:mod:`tidelog.agent.queue`); one background thread runs the asyncio loop with the
+metadata cache (:class:`~tidelog.client.cluster.ClusterClient`) and the senders
+(:mod:`tidelog.agent.sender`).
 
 Partitioning is the client's: ``murmur2(key) % partitions`` like the Java client, sticky for
 events without a key (the partition changes after ``batch.size`` bytes). The partition count of
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
+from tidelog.agent.errors import AgentClosedError, AgentError
 from tidelog.agent.event import Headers, encode_body
 from tidelog.agent.parking import ParkedTopic
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
@@ -465,33 +465,52 @@ class Agent:
     ) -> list[EventId]:
         """Store several (key, value) events with one group commit per partition."""
         now = int(time.time() * 1000)
-        bodies = [encode_body(key, value, None, now) for key, value in events]
+        return self.store(
+            topic, partition, [(key, encode_body(key, value, None, now)) for key, value in events]
+        )
+
+    def store(
+        self,
+        topic: str,
+        partition: int | None,
+        items: Sequence[tuple[bytes | None, bytes | memoryview]],
+        *,
+        wait_for_space: bool = True,
+    ) -> list[EventId]:
+        """Store encoded (key, record body) events of one topic; returns once all are durable.
+
+        One group commit per partition; the ids come in the order of ``items``, and events
+        of one partition keep that order. Used by :meth:`send_many` and the socket server.
+        """
+        if self._closed:
+            raise AgentClosedError("the agent is closed")
         if partition is None:
             parked = self._parking(topic)
             if parked is not None:
                 with contextlib.suppress(QueueSealed):
-                    return self._park(parked, bodies, None)
-        by_queue: dict[int, list[tuple[int, bytes]]] = {}
-        if partition is None:
+                    return self._park(parked, [b for _, b in items], None, wait_for_space)
             chosen = self.assign_partitions(
-                topic,
-                self._topics[topic],
-                [(k, len(b)) for (k, _), b in zip(events, bodies, strict=True)],
+                topic, self._topics[topic], [(k, len(b)) for k, b in items]
             )
         else:
-            chosen = [partition] * len(bodies)
-        for index, (p, body) in enumerate(zip(chosen, bodies, strict=True)):
-            by_queue.setdefault(p, []).append((index, body))
-        ids: list[EventId | None] = [None] * len(events)
-        for p, items in by_queue.items():
+            chosen = [partition] * len(items)
+        by_queue: dict[int, list[int]] = {}
+        for index, p in enumerate(chosen):
+            by_queue.setdefault(p, []).append(index)
+        ids: list[EventId | None] = [None] * len(items)
+        for p, indexes in by_queue.items():
             queue = self._queue(topic, p)
-            first = queue.append([b for _, b in items])
-            for offset, (index, _) in enumerate(items):
+            first = queue.append([items[i][1] for i in indexes], wait_for_space=wait_for_space)
+            for offset, index in enumerate(indexes):
                 ids[index] = EventId(topic, p, first + offset)
         return [i for i in ids if i is not None]
 
     def _park(
-        self, parked: ParkedTopic, bodies: list[bytes], callback: DeliveryCallback | None
+        self,
+        parked: ParkedTopic,
+        bodies: Sequence[bytes | memoryview],
+        callback: DeliveryCallback | None,
+        wait_for_space: bool = True,
     ) -> list[EventId]:
         topic = parked.topic
 
@@ -503,7 +522,7 @@ class Agent:
                     _call_with_id, callback, EventId(topic, -1, n)
                 )
 
-        first = parked.queue.append(bodies, numbered=numbered)
+        first = parked.queue.append(bodies, numbered=numbered, wait_for_space=wait_for_space)
         return [EventId(topic, -1, first + i) for i in range(len(bodies))]
 
     def _append_with_callback(
@@ -515,24 +534,13 @@ class Agent:
         callback: DeliveryCallback,
     ) -> int:
         sender = self._senders[(topic, partition)]
-        done = threading.Event()
-        errors: list[BaseException] = []
-
-        def durable(first: int, error: BaseException | None) -> None:
-            if error is not None:
-                errors.append(error)
-            done.set()
 
         def numbered(first: int) -> None:
             # Registered before the entries can be durable, hence before they can be sent.
             for n in range(first, first + len(bodies)):
                 sender.callbacks[n] = callback
 
-        first = queue.submit(bodies, durable, wait=True, numbered=numbered)
-        done.wait()
-        if errors:
-            raise AgentClosedError(f"the queue could not write the event: {errors[0]}")
-        return first
+        return queue.append(bodies, numbered=numbered)
 
     def run_callbacks(self, sender: Sender, first: int, count: int, base_offset: int) -> None:
         for n in range(first, first + count):
@@ -552,99 +560,6 @@ class Agent:
                         EventId(sender.topic, sender.partition, n),
                         base_offset + n - first if base_offset >= 0 else -1,
                     )
-
-    # ------------------------------------------------------------------ for the server
-
-    async def submit(
-        self,
-        topic: str,
-        partition: int | None,
-        items: Sequence[tuple[bytes | None, bytes | memoryview]],
-        done: Callable[[list[EventId] | BaseException], None],
-    ) -> None:
-        """Queue (key, body) events of one topic from the loop; ``done`` runs when durable.
-
-        Events for the same partition keep their order. ``done`` gets the ids in the order of
-        ``items``, or the error (from the syncer thread).
-        """
-        if self._closed:
-            raise AgentClosedError("the agent is closed")
-        if partition is None:
-            parked = self._parking(topic)
-            if parked is not None:
-                try:
-                    await self._submit_parked(parked, items, done)
-                    return
-                except QueueSealed:
-                    pass
-            chosen = self.assign_partitions(
-                topic, self._topics[topic], [(k, len(b)) for k, b in items]
-            )
-        else:
-            chosen = [partition] * len(items)
-        by_queue: dict[int, list[tuple[int, bytes | memoryview]]] = {}
-        for index, (p, (_, body)) in enumerate(zip(chosen, items, strict=True)):
-            by_queue.setdefault(p, []).append((index, body))
-        ids: list[EventId | None] = [None] * len(items)
-        remaining = [len(by_queue)]
-        failed: list[BaseException] = []
-        guard = threading.Lock()
-
-        def finisher(p: int, indexes: list[int]) -> Callable[[int, BaseException | None], None]:
-            def finish(first: int, error: BaseException | None) -> None:
-                with guard:
-                    if error is not None:
-                        failed.append(error)
-                    for offset, index in enumerate(indexes):
-                        ids[index] = EventId(topic, p, first + offset)
-                    remaining[0] -= 1
-                    last = remaining[0] == 0
-                if last:
-                    done(failed[0] if failed else [i for i in ids if i is not None])
-
-            return finish
-
-        for p, group in by_queue.items():
-            queue = self._queue(topic, p)
-            bodies = [b for _, b in group]
-            callback = finisher(p, [i for i, _ in group])
-            delay = 0.001
-            while True:
-                try:
-                    queue.submit(bodies, callback, wait=False)
-                    break
-                except QueueFullError:
-                    if queue.policy != "block":
-                        raise
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 0.05)
-
-    async def _submit_parked(
-        self,
-        parked: ParkedTopic,
-        items: Sequence[tuple[bytes | None, bytes | memoryview]],
-        done: Callable[[list[EventId] | BaseException], None],
-    ) -> None:
-        topic = parked.topic
-        count = len(items)
-
-        def finish(first: int, error: BaseException | None) -> None:
-            if error is not None:
-                done(error)
-            else:
-                done([EventId(topic, -1, first + i) for i in range(count)])
-
-        bodies = [b for _, b in items]
-        delay = 0.001
-        while True:
-            try:
-                parked.queue.submit(bodies, finish, wait=False)
-                return
-            except QueueFullError:
-                if parked.queue.policy != "block":
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.05)
 
     # ------------------------------------------------------------------ queries
 

@@ -14,12 +14,20 @@ first byte), entry numbers count events from 0. Segment files are entries back t
     number   uint64   entry number (consecutive across segments)
     body     length bytes, the record body of :mod:`tidelog.agent.event`
 
-Write side. :meth:`DiskQueue.submit` encodes entries into a memory buffer and returns; one
-syncer thread per queue takes everything buffered, writes it with one ``write`` per segment,
-calls ``fdatasync`` once and only then runs the callbacks of every entry in it (group commit:
-all events that arrived while the previous sync ran share the next one). :meth:`append` is
-the blocking form. A segment rolls at ``queue.segment.bytes``; a new segment file is created
-and the directory synced before the first write to it.
+The active (newest) segment file runs ahead of its entries: it is extended with zeros
+:data:`ZEROS_AHEAD` bytes at a time (never past ``queue.max.bytes``), so appends overwrite
+blocks that exist and their ``fdatasync`` does not also commit a new file size. A zero header
+fails its CRC, so readers and recovery stop at the end of the entries; the zeros are cut when
+the segment rolls and when the queue closes.
+
+Write side. :meth:`DiskQueue.append` encodes entries into a memory buffer under the queue's
+lock, then waits until they are durable. There is no syncer thread: a caller that finds no
+sync running becomes the one that runs it; it takes everything buffered, writes it with one
+``pwrite`` per segment and calls ``fdatasync`` once (group commit: all events that arrived
+while the previous sync ran share the next one). A lone caller thus writes and syncs its own
+event on its own thread, with no hand-off to another thread and back. A segment rolls at
+``queue.segment.bytes``; a new segment file is created and the directory synced before the
+first write to it.
 
 Read side. The sender reads only synced entries (an entry that was sent before it was durable
 could be lost by a crash and its number and sequence reused by another event).
@@ -45,7 +53,8 @@ moved refuses new ones with :class:`QueueSealed`, checked under the same lock as
 
 Recovery (:meth:`DiskQueue.open`): segments wholly below the cursor are deleted; the newest
 segment is scanned entry by entry and cut at the first entry that is short, fails its CRC or
-does not carry the next number (a torn tail: only bytes whose append was never acknowledged).
+does not carry the next number (a torn tail: only bytes whose append was never acknowledged;
+zeros after it were written ahead and are not counted as torn).
 Damage found later, in data already synced, skips the rest of that segment and is counted as
 ``corrupt``. The newest segment is then fdatasync'ed: what a killed process wrote may still be
 only in the page cache, and the parked-event moves build on what recovery found.
@@ -84,6 +93,9 @@ _CURSOR_MAGIC = b"TLAC"
 CURSOR_SLOT = 64
 assert _CURSOR.size <= CURSOR_SLOT
 SEGMENT_SUFFIX = ".q"
+# The active segment file is extended with zeros this far ahead of its entries.
+ZEROS_AHEAD = 1 << 20
+_ZEROS = bytes(ZEROS_AHEAD)
 
 # The offset index: one record per acknowledged batch (see the module docstring).
 _OFFSET = struct.Struct(">QIqI")
@@ -92,7 +104,6 @@ OFFSET_INDEX_OLD = "offsets.old"
 OFFSET_INDEX_RECORDS = 65_536
 
 FsyncFn = Callable[[int], None]
-Callback = Callable[[int, BaseException | None], None]
 
 POLICIES = ("block", "reject", "drop-oldest")
 
@@ -192,7 +203,9 @@ class DiskQueue:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
-        self._pending = threading.Condition(self._lock)
+        # Notified after every sync: callers waiting for their entries to be durable.
+        self._durable = threading.Condition(self._lock)
+        self._syncing = False
         self.segments: list[Segment] = []
         self.cursor = Cursor()
         self.write_pos = 0
@@ -201,15 +214,17 @@ class DiskQueue:
         self.durable_n = 0
         self._active_bytes = 0
         self._roll_next = False
-        self._buffer: list[tuple[int, int, bytearray]] = []
-        self._callbacks: list[tuple[Callback, int]] = []
+        # Encoded entries not yet written: (position of the first, its number, bytes, whether
+        # they start a new segment).
+        self._buffer: list[tuple[int, int, bytearray, bool]] = []
+        # Bytes of the active segment file that exist (entries, then zeros written ahead).
+        self._file_bytes = 0
         self._fd = -1
         self._fd_base = -1
         self._cursor_fd = -1
         self._read_fds: dict[int, int] = {}
         self._failure: BaseException | None = None
         self._closed = False
-        self._syncer: threading.Thread | None = None
         self.in_flight_end: tuple[int, int] | None = None
         self.on_durable: Callable[[], None] | None = None
         self.on_space: Callable[[], None] | None = None
@@ -238,10 +253,6 @@ class DiskQueue:
     def open(cls, directory: Path, **kwargs: object) -> DiskQueue:
         queue = cls(directory, **kwargs)  # type: ignore[arg-type]
         queue._recover()
-        queue._syncer = threading.Thread(
-            target=queue._sync_loop, name=f"agent-sync-{queue.directory.name}", daemon=True
-        )
-        queue._syncer.start()
         return queue
 
     def _recover(self) -> None:
@@ -281,8 +292,9 @@ class DiskQueue:
             raise QueueCorruptError(
                 f"{self.directory}: cursor position {self.cursor.read_pos} is past the end {end}"
             )
-        self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
+        self._fd = os.open(last.path, os.O_WRONLY)
         self._fd_base = last.base
+        self._file_bytes = end - last.base
         # What the scan found may still be only in the page cache (a crash of the process,
         # not of the machine): make it durable before anything is built on it.
         os.fdatasync(self._fd)
@@ -309,13 +321,17 @@ class DiskQueue:
             pos = end
             expected += 1
         if pos != len(data):
-            self.truncated_bytes = len(data) - pos
-            _log.warning(
-                "%s: cutting %d bytes of torn tail at position %d",
-                seg.path,
-                len(data) - pos,
-                seg.base + pos,
-            )
+            # Zeros after the last entry were written ahead (a crash kept them); anything
+            # else up to the last non-zero byte is a torn or damaged tail.
+            torn = len(data[pos:].rstrip(b"\0"))
+            if torn:
+                self.truncated_bytes = torn
+                _log.warning(
+                    "%s: cutting %d bytes of torn tail at position %d",
+                    seg.path,
+                    torn,
+                    seg.base + pos,
+                )
             fd = os.open(seg.path, os.O_WRONLY)
             try:
                 os.ftruncate(fd, pos)
@@ -346,10 +362,24 @@ class DiskQueue:
             if self._closed:
                 return
             self._closed = True
-            self._pending.notify_all()
             self._space.notify_all()
-        if self._syncer is not None:
-            self._syncer.join()
+            # Entries buffered before the close are written by the callers waiting for them;
+            # the files stay open until they are.
+            while self._syncing or self._buffer:
+                if self._failure is not None:
+                    break
+                if not self._syncing:
+                    work = self._take_buffer_locked()
+                    self._lock.release()
+                    try:
+                        self._write_and_sync(work)
+                    finally:
+                        self._lock.acquire()
+                    continue
+                self._durable.wait()
+            if self._failure is None and self._fd >= 0:
+                with contextlib.suppress(OSError):
+                    self._cut_zeros(self.durable_pos - self._fd_base)
         for fd in (self._fd, self._cursor_fd, self._index_fd, *self._read_fds.values()):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -370,23 +400,50 @@ class DiskQueue:
     def used_bytes(self) -> int:
         return self.write_pos - max(self.cursor.read_pos, self.cursor.skip_pos)
 
-    def submit(
+    def append(
         self,
         bodies: Sequence[bytes | memoryview],
-        callback: Callback,
-        *,
-        wait: bool = False,
         numbered: Callable[[int], None] | None = None,
+        *,
+        wait_for_space: bool = True,
     ) -> int:
-        """Queue ``bodies``; ``callback(first, None)`` runs (on the syncer thread) once they
-        are durable, ``callback(first, error)`` if the write failed.
+        """Append ``bodies`` and return once they are durable; returns the first entry number.
 
-        Returns ``first``, the entry number of the first body; ``numbered(first)`` runs under
-        the queue's lock, before the entries are buffered (so before they can become durable);
-        if it raises, nothing is queued. When the budget is exhausted: policy
-        ``block`` waits for space if ``wait`` and raises :class:`QueueFullError` otherwise,
-        ``reject`` raises it, ``drop-oldest`` drops the oldest undelivered segment(s).
+        ``numbered(first)`` runs under the queue's lock before the entries are buffered (so
+        before they can become durable or be sent); if it raises, nothing is queued. When the
+        budget is exhausted: policy ``block`` waits for space (or raises
+        :class:`QueueFullError` when not ``wait_for_space``), ``reject`` raises it,
+        ``drop-oldest`` drops the oldest undelivered segment(s).
+
+        Group commit without a thread in between: a caller that finds no sync running takes
+        everything buffered (its own entries and those of callers that arrived meanwhile),
+        writes it and calls ``fdatasync`` itself; the others wait for that sync and the next
+        caller with entries left over leads the next one.
         """
+        first = self._buffer_entries(bodies, numbered, wait_for_space)
+        end = first + len(bodies)
+        lock = self._lock
+        while True:
+            with lock:
+                while self.durable_n < end:
+                    if self._failure is not None:
+                        raise AgentClosedError(
+                            f"the queue could not write the event: {self._failure}"
+                        )
+                    if not self._syncing and self._buffer:
+                        break
+                    self._durable.wait()
+                else:
+                    return first
+                work = self._take_buffer_locked()
+            self._write_and_sync(work)
+
+    def _buffer_entries(
+        self,
+        bodies: Sequence[bytes | memoryview],
+        numbered: Callable[[int], None] | None,
+        wait_for_space: bool,
+    ) -> int:
         size = 0
         for body in bodies:
             if len(body) > self.max_entry_bytes:
@@ -412,7 +469,7 @@ class DiskQueue:
                     # Nothing droppable yet (all in the active segment, which rolls now):
                     # the budget is overshot by at most one segment.
                     break
-                if self.policy == "block" and wait:
+                if self.policy == "block" and wait_for_space:
                     self._space.wait()
                     continue
                 raise QueueFullError(
@@ -430,39 +487,17 @@ class DiskQueue:
                 if self._active_bytes and (
                     self._roll_next or self._active_bytes + len(entry) > self.segment_bytes
                 ):
-                    buffer.append((self.write_pos, number, bytearray()))
+                    buffer.append((self.write_pos, number, bytearray(), True))
                     self._active_bytes = 0
                     self._roll_next = False
                 elif not buffer:
-                    buffer.append((-1, number, bytearray()))
+                    buffer.append((self.write_pos, number, bytearray(), False))
                 buffer[-1][2].extend(entry)
                 self._active_bytes += len(entry)
                 self.write_pos += len(entry)
                 number += 1
             self.write_n = number
             self.appended += len(bodies)
-            self._callbacks.append((callback, first))
-            self._pending.notify()
-        return first
-
-    def append(
-        self,
-        bodies: Sequence[bytes | memoryview],
-        numbered: Callable[[int], None] | None = None,
-    ) -> int:
-        """Append and wait until durable; returns the first entry number."""
-        done = threading.Event()
-        errors: list[BaseException] = []
-
-        def finished(first: int, error: BaseException | None) -> None:
-            if error is not None:
-                errors.append(error)
-            done.set()
-
-        first = self.submit(bodies, finished, wait=True, numbered=numbered)
-        done.wait()
-        if errors:
-            raise AgentClosedError(f"the queue could not write the event: {errors[0]}")
         return first
 
     def _drop_oldest_locked(self) -> bool:
@@ -487,59 +522,86 @@ class DiskQueue:
         self._delete_segments_locked()
         return True
 
-    def _sync_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._buffer and not self._closed:
-                    self._pending.wait()
-                if not self._buffer:
-                    return
-                chunks, self._buffer = self._buffer, []
-                callbacks, self._callbacks = self._callbacks, []
-                end_pos, end_n = self.write_pos, self.write_n
-            error: BaseException | None = None
-            try:
-                for base, first_n, data in chunks:
-                    if base >= 0 and base != self._fd_base:
-                        self._roll_file(base, first_n)
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(self._fd, view)
-                        view = view[written:]
-                self._fsync(self._fd)
-            except OSError as exc:
-                error = exc
-                _log.error(
-                    "%s: write failed, the queue stops accepting events: %s", self.directory, exc
-                )
-            with self._lock:
-                if error is None:
-                    self.fsyncs += 1
-                    self.durable_pos, self.durable_n = end_pos, end_n
-                    now = time.time()
-                    # One mark per 0.1 s: (end of the entries synced by then, time).
-                    ages = self._oldest_time
-                    if not ages or now - ages[-1][1] >= 0.1:
-                        ages.append((end_n, now))
-                    else:
-                        ages[-1] = (end_n, ages[-1][1])
+    def _take_buffer_locked(self) -> tuple[list[tuple[int, int, bytearray, bool]], int, int]:
+        """Make the caller the one sync in progress, for everything buffered."""
+        chunks, self._buffer = self._buffer, []
+        self._syncing = True
+        return chunks, self.write_pos, self.write_n
+
+    def _write_and_sync(
+        self, work: tuple[list[tuple[int, int, bytearray, bool]], int, int]
+    ) -> None:
+        chunks, end_pos, end_n = work
+        error: OSError | None = None
+        try:
+            for position, first_n, data, rolls in chunks:
+                if rolls:
+                    self._roll_file(position, first_n)
+                at = position - self._fd_base
+                if at + len(data) > self._file_bytes:
+                    self._write_zeros_ahead(at + len(data))
+                view = memoryview(data)
+                while view:
+                    written = os.pwrite(self._fd, view, at)
+                    view = view[written:]
+                    at += written
+            self._fsync(self._fd)
+        except OSError as exc:
+            error = exc
+            _log.error(
+                "%s: write failed, the queue stops accepting events: %s", self.directory, exc
+            )
+        with self._lock:
+            self._syncing = False
+            if error is None:
+                self.fsyncs += 1
+                self.durable_pos, self.durable_n = end_pos, end_n
+                now = time.time()
+                # One mark per 0.1 s: (end of the entries synced by then, time).
+                ages = self._oldest_time
+                if not ages or now - ages[-1][1] >= 0.1:
+                    ages.append((end_n, now))
                 else:
-                    self._failure = error
-            for callback, first in callbacks:
-                try:
-                    callback(first, error)
-                except Exception:
-                    _log.exception("an append callback failed")
-            hook = self.on_durable
-            if hook is not None:
-                hook()
+                    ages[-1] = (end_n, ages[-1][1])
+            else:
+                self._failure = error
+            self._durable.notify_all()
+        hook = self.on_durable
+        if hook is not None:
+            hook()
+
+    def _write_zeros_ahead(self, needed: int) -> None:
+        """Extend the active segment file with zeros to cover ``needed`` bytes and more.
+
+        Entries then overwrite blocks that exist, so their ``fdatasync`` flushes data only.
+        An append that grows the file also commits the file system's journal (the new size),
+        a second disk write that queues behind every other file's journal commit, the
+        broker's on the same disk included. The zeros are made durable by the same
+        ``fdatasync`` as the entries written with them, once per :data:`ZEROS_AHEAD` bytes.
+        """
+        # Never past the disk budget: what the zeros take counts as used disk space.
+        room = needed + max(0, self.max_bytes - self.used_bytes)
+        end = max(needed, min(self._file_bytes + ZEROS_AHEAD, self.segment_bytes, room))
+        at = self._file_bytes
+        while at < end:
+            at += os.pwrite(self._fd, _ZEROS[: min(ZEROS_AHEAD, end - at)], at)
+        self._file_bytes = end
+
+    def _cut_zeros(self, data_end: int) -> None:
+        """Drop the zeros written ahead of the active segment's last entry (not synced: a
+        crash may leave them, and recovery finds the end of the entries either way)."""
+        if self._file_bytes > data_end:
+            os.ftruncate(self._fd, data_end)
+            self._file_bytes = data_end
 
     def _roll_file(self, base: int, first_n: int) -> None:
         self._fsync(self._fd)
+        self._cut_zeros(base - self._fd_base)
         os.close(self._fd)
         seg = Segment(base, first_n, self.directory / segment_name(base, first_n))
-        self._fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+        self._fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY, 0o644)
         self._fd_base = base
+        self._file_bytes = 0
         self._sync_dir()
         with self._lock:
             self.segments.append(seg)

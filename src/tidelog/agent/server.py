@@ -1,21 +1,29 @@
 """The daemon's Unix socket server (protocol in :mod:`tidelog.agent.wire`).
 
-It runs on the agent's event loop. Every chunk read from a connection is cut into frames;
-the SENDs of one chunk are grouped by topic and handed to :meth:`Agent.submit` together, so one
-group commit (and one wake-up of this loop) answers all of them. Frames are processed in the
-order they arrive, so one client's events for a partition are queued in the order it sent them.
+One thread per connection, with blocking reads and writes, apart from the agent's event loop
+(where the senders deliver to the cluster): an acknowledgement never waits behind delivery
+work, and a lone client's SEND costs one read, one group commit on the connection's own
+thread (see :mod:`tidelog.agent.queue`) and one write. Every chunk read from a connection is
+cut into frames; consecutive SENDs of one topic and partition choice are stored together
+with one group commit, and all answers to a chunk go out in one write. Frames are processed
+in the order they arrive, so one client's events for a partition are queued in the order it
+sent them, and its answers come back in request order.
+
+Applications on the host hold a few long-lived connections, so a thread each is cheap;
+while a connection's thread waits for a group commit, the client's further requests wait in
+the socket buffer and are answered by the next one together.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import os
+import socket
 import struct
+import threading
 from pathlib import Path
-from typing import Any
 
 from tidelog.agent.agent import Agent, EventId
 from tidelog.agent.errors import AgentError, EventFormatError, QueueFullError
@@ -48,46 +56,71 @@ class AgentServer:
     def __init__(self, agent: Agent, path: str | os.PathLike[str]) -> None:
         self.agent = agent
         self.path = Path(path)
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._listener: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._stopping = False
 
-    async def start(self) -> None:
+    def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(self.path))
+            listener.listen(128)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, args=(listener,), name="agent-accept", daemon=True
+        )
+        self._acceptor.start()
 
-    def start_sync(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.start(), self.agent.loop).result()
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for writer in list(self._writers):
-                writer.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+    def stop(self) -> None:
+        """Stop accepting, close every connection; the agent itself stays open."""
+        with self._lock:
+            self._stopping = True
+            connections = list(self._connections.items())
+        listener = self._listener
+        if listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone does not.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        for conn, _ in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._acceptor is not None:
+            self._acceptor.join(5)
+        for _, thread in connections:
+            # A connection blocked on a full queue is released when the agent closes.
+            thread.join(1)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
-    def stop_sync(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self.stop(), self.agent.loop).result(10)
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            thread = threading.Thread(
+                target=self._serve, args=(conn,), name="agent-connection", daemon=True
+            )
+            with self._lock:
+                if self._stopping:
+                    conn.close()
+                    return
+                self._connections[conn] = thread
+            thread.start()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        loop = asyncio.get_running_loop()
+    def _serve(self, conn: socket.socket) -> None:
         buffer = bytearray()
-
-        def reply(data: bytes) -> None:
-            if not writer.is_closing():
-                writer.write(data)
-
-        def reply_threadsafe(data: bytes) -> None:
-            loop.call_soon_threadsafe(reply, data)
-
         try:
             while True:
-                chunk = await reader.read(1 << 18)
+                chunk = conn.recv(1 << 18)
                 if not chunk:
                     return
                 buffer += chunk
@@ -103,17 +136,20 @@ class AgentServer:
                         break
                     frames.append(view[pos : pos + 4 + size])
                     pos += 4 + size
-                await self._handle(frames, reply, reply_threadsafe)
-                del frames, view
-                del buffer[:pos]
-                await writer.drain()
-        except (ConnectionError, OSError):
+                replies: list[bytes] = []
+                self._handle(frames, replies)
+                # A new buffer for what is left: the frames' views may outlive this turn.
+                buffer = buffer[pos:]
+                if replies:
+                    conn.sendall(b"".join(replies))
+        except OSError:
             return
         finally:
-            self._writers.discard(writer)
-            writer.close()
+            with self._lock:
+                self._connections.pop(conn, None)
+            conn.close()
 
-    async def _handle(self, frames: list[memoryview], reply: Any, reply_threadsafe: Any) -> None:
+    def _handle(self, frames: list[memoryview], replies: list[bytes]) -> None:
         # Consecutive SENDs of one topic and partition choice go to the agent together.
         group: list[tuple[int, bytes | None, memoryview]] = []
         group_key: tuple[str, int] | None = None
@@ -130,64 +166,59 @@ class AgentServer:
                         )
                     key = check_body(body)
                 except EventFormatError as exc:
-                    reply(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
+                    replies.append(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
                     continue
                 gkey = (topic, partition)
                 if group_key is not None and gkey != group_key:
-                    await self._send(group_key, group, reply, reply_threadsafe)
+                    self._store(group_key, group, replies)
                     group = []
                 group_key = gkey
                 group.append((request_id, key, body))
                 continue
             if group_key is not None:
-                await self._send(group_key, group, reply, reply_threadsafe)
+                self._store(group_key, group, replies)
                 group, group_key = [], None
             if op == OP_QUERY:
                 try:
                     topic, partition, used = parse_topic_partition(payload)
                     number = parse_number(payload, used)
                 except EventFormatError as exc:
-                    reply(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
+                    replies.append(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
                     continue
                 state, offset, where = self.agent.delivery(EventId(topic, partition, number))
                 answer = QUERY_ANSWER.pack(STATES.index(state), offset, where)
-                reply(encode_response(request_id, OK, answer))
+                replies.append(encode_response(request_id, OK, answer))
             elif op == OP_STATUS:
                 text = json.dumps({"queues": self.agent.status()})
-                reply(encode_response(request_id, OK, text.encode()))
+                replies.append(encode_response(request_id, OK, text.encode()))
             else:
-                reply(encode_response(request_id, BAD_REQUEST, f"unknown op {op}".encode()))
+                replies.append(
+                    encode_response(request_id, BAD_REQUEST, f"unknown op {op}".encode())
+                )
         if group_key is not None:
-            await self._send(group_key, group, reply, reply_threadsafe)
+            self._store(group_key, group, replies)
 
-    async def _send(
+    def _store(
         self,
         key: tuple[str, int],
         group: list[tuple[int, bytes | None, memoryview]],
-        reply: Any,
-        reply_threadsafe: Any,
+        replies: list[bytes],
     ) -> None:
         topic, partition = key
-        # The bodies are copied once: the read buffer is reused for the next chunk.
-        items = [(k, bytes(body)) for _, k, body in group]
-        request_ids = [rid for rid, _, _ in group]
-
-        def done(result: list[EventId] | BaseException) -> None:
-            if isinstance(result, BaseException):
-                message = str(result).encode()
-                data = b"".join(encode_response(r, ERROR, message) for r in request_ids)
-            else:
-                data = b"".join(
-                    encode_response(r, OK, SEND_ACK.pack(e.partition, e.number))
-                    for r, e in zip(request_ids, result, strict=True)
-                )
-            reply_threadsafe(data)
-
         try:
-            await self.agent.submit(topic, None if partition < 0 else partition, items, done)
+            # The bodies are copied into the queue's buffer before store() returns.
+            ids = self.agent.store(
+                topic, None if partition < 0 else partition, [(k, body) for _, k, body in group]
+            )
         except QueueFullError as exc:
             message = str(exc).encode()
-            reply(b"".join(encode_response(r, QUEUE_FULL, message) for r in request_ids))
+            replies.extend(encode_response(r, QUEUE_FULL, message) for r, _, _ in group)
+            return
         except AgentError as exc:
             message = str(exc).encode()
-            reply(b"".join(encode_response(r, ERROR, message) for r in request_ids))
+            replies.extend(encode_response(r, ERROR, message) for r, _, _ in group)
+            return
+        replies.extend(
+            encode_response(r, OK, SEND_ACK.pack(e.partition, e.number))
+            for (r, _, _), e in zip(group, ids, strict=True)
+        )

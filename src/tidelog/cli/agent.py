@@ -111,13 +111,13 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(config)
     server = AgentServer(agent, args.socket)
     try:
-        server.start_sync()
+        server.start()
         logging.getLogger("tidelog.agent").info("agent serving on %s", args.socket)
         # Wake up now and then: a signal handler runs only between bytecodes of this thread.
         while not stop.wait(0.5):
             pass
     finally:
-        server.stop_sync()
+        server.stop()
         agent.close()
     return 0
 
