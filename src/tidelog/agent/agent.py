@@ -492,8 +492,14 @@ class Agent:
             chosen = self.assign_partitions(
                 topic, self._topics[topic], [(k, len(b)) for k, b in items]
             )
-        else:
-            chosen = [partition] * len(items)
+            if chosen and chosen.count(chosen[0]) == len(chosen):
+                partition = chosen[0]
+        if partition is not None:
+            # One queue (an explicit partition, or no keys: the sticky one): no regrouping.
+            first = self._queue(topic, partition).append(
+                [b for _, b in items], wait_for_space=wait_for_space
+            )
+            return [EventId(topic, partition, n) for n in range(first, first + len(items))]
         by_queue: dict[int, list[int]] = {}
         for index, p in enumerate(chosen):
             by_queue.setdefault(p, []).append(index)

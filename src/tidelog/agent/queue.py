@@ -115,11 +115,19 @@ def segment_name(base: int, first_n: int) -> str:
 _LEN_NUMBER = struct.Struct(">IQ")
 
 
-def encode_entry(number: int, body: bytes | memoryview) -> bytes:
-    length = len(body)
-    head = _LEN_NUMBER.pack(length, number)
-    crc = crc32c(body, crc32c(head))
-    return b"".join((ENTRY.pack(length, crc, number), body))
+def encode_entries(first: int, bodies: Sequence[bytes | memoryview]) -> bytes:
+    """Entries numbered from ``first``, back to back (one pass for a whole call)."""
+    pack_head = _LEN_NUMBER.pack
+    pack_entry = ENTRY.pack
+    parts: list[bytes | memoryview] = []
+    append = parts.append
+    number = first
+    for body in bodies:
+        length = len(body)
+        append(pack_entry(length, crc32c(body, crc32c(pack_head(length, number))), number))
+        append(body)
+        number += 1
+    return b"".join(parts)
 
 
 class QueueSealed(Exception):
@@ -482,20 +490,29 @@ class DiskQueue:
                 numbered(first)
             number = first
             buffer = self._buffer
-            for body in bodies:
-                entry = encode_entry(number, body)
-                if self._active_bytes and (
-                    self._roll_next or self._active_bytes + len(entry) > self.segment_bytes
-                ):
-                    buffer.append((self.write_pos, number, bytearray(), True))
-                    self._active_bytes = 0
-                    self._roll_next = False
-                elif not buffer:
-                    buffer.append((self.write_pos, number, bytearray(), False))
-                buffer[-1][2].extend(entry)
-                self._active_bytes += len(entry)
-                self.write_pos += len(entry)
-                number += 1
+            if not self._roll_next and self._active_bytes + size <= self.segment_bytes:
+                # The usual case: the whole call fits in the active segment.
+                if not buffer:
+                    buffer.append((self.write_pos, first, bytearray(), False))
+                buffer[-1][2].extend(encode_entries(first, bodies))
+                self._active_bytes += size
+                self.write_pos += size
+                number += len(bodies)
+            else:
+                for body in bodies:
+                    entry = encode_entries(number, (body,))
+                    if self._active_bytes and (
+                        self._roll_next or self._active_bytes + len(entry) > self.segment_bytes
+                    ):
+                        buffer.append((self.write_pos, number, bytearray(), True))
+                        self._active_bytes = 0
+                        self._roll_next = False
+                    elif not buffer:
+                        buffer.append((self.write_pos, number, bytearray(), False))
+                    buffer[-1][2].extend(entry)
+                    self._active_bytes += len(entry)
+                    self.write_pos += len(entry)
+                    number += 1
             self.write_n = number
             self.appended += len(bodies)
         return first
