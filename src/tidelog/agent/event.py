@@ -65,35 +65,40 @@ def check_body(body: bytes | memoryview) -> bytes | None:
 
     :raises EventFormatError: lengths that do not add up to the body's size.
     """
-    size = len(body)
+    return check_body_at(body, 0, len(body))
+
+
+def check_body_at(data: bytes | bytearray | memoryview, start: int, end: int) -> bytes | None:
+    """:func:`check_body` of ``data[start:end]``, without slicing it out first."""
+    size = end - start
     if size < FIXED_SIZE:
         raise EventFormatError(f"event body of {size} bytes is shorter than its fixed part")
-    _, key_len, value_len, count = _FIXED.unpack_from(body, 0)
+    _, key_len, value_len, count = _FIXED.unpack_from(data, start)
     if key_len < -1 or value_len < -1:
         raise EventFormatError("negative key or value length")
-    pos = FIXED_SIZE + max(key_len, 0) + max(value_len, 0)
-    if pos > size:
+    pos = start + FIXED_SIZE + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0)
+    if pos > end:
         raise EventFormatError("key and value run past the end of the event")
-    key = None if key_len < 0 else bytes(body[FIXED_SIZE : FIXED_SIZE + key_len])
+    key = None if key_len < 0 else bytes(data[start + FIXED_SIZE : start + FIXED_SIZE + key_len])
     for _ in range(count):
-        if pos + 2 > size:
+        if pos + 2 > end:
             raise EventFormatError("header name length runs past the end of the event")
-        (name_len,) = _NAME_LEN.unpack_from(body, pos)
+        (name_len,) = _NAME_LEN.unpack_from(data, pos)
         pos += 2 + name_len
-        if pos + 4 > size:
+        if pos + 4 > end:
             raise EventFormatError("header runs past the end of the event")
         try:
-            bytes(body[pos - name_len : pos]).decode("utf-8")
+            bytes(data[pos - name_len : pos]).decode("utf-8")
         except UnicodeDecodeError:
             raise EventFormatError("header name is not UTF-8") from None
-        (hlen,) = _HVALUE_LEN.unpack_from(body, pos)
+        (hlen,) = _HVALUE_LEN.unpack_from(data, pos)
         if hlen < -1:
             raise EventFormatError("negative header value length")
         pos += 4 + max(hlen, 0)
-        if pos > size:
+        if pos > end:
             raise EventFormatError("header value runs past the end of the event")
-    if pos != size:
-        raise EventFormatError(f"{size - pos} stray bytes after the event")
+    if pos != end:
+        raise EventFormatError(f"{end - pos} stray bytes after the event")
     return key
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tidelog.agent.agent import Agent, EventId
 from tidelog.agent.errors import AgentError, EventFormatError, QueueFullError
-from tidelog.agent.event import check_body
+from tidelog.agent.event import check_body_at
 from tidelog.agent.wire import (
     BAD_REQUEST,
     ERROR,
@@ -39,9 +39,9 @@ from tidelog.agent.wire import (
     QUERY_ANSWER,
     QUEUE_FULL,
     REQUEST_HEAD,
-    SEND_ACK,
     STATES,
     encode_response,
+    encode_send_ok,
     parse_number,
     parse_topic_partition,
 )
@@ -124,22 +124,12 @@ class AgentServer:
                 if not chunk:
                     return
                 buffer += chunk
-                frames: list[memoryview] = []
-                view = memoryview(buffer)
-                pos = 0
-                while len(view) - pos >= 4:
-                    (size,) = _SIZE.unpack_from(view, pos)
-                    if size < 5 or size > MAX_FRAME:
-                        _log.warning("closing a connection that sent a frame of %d bytes", size)
-                        return
-                    if len(view) - pos - 4 < size:
-                        break
-                    frames.append(view[pos : pos + 4 + size])
-                    pos += 4 + size
                 replies: list[bytes] = []
-                self._handle(frames, replies)
-                # A new buffer for what is left: the frames' views may outlive this turn.
-                buffer = buffer[pos:]
+                used = self._handle(buffer, replies)
+                if used is None:
+                    return
+                # A new buffer for what is left: views of the frames may outlive this turn.
+                buffer = buffer[used:]
                 if replies:
                     conn.sendall(b"".join(replies))
         except OSError:
@@ -149,35 +139,63 @@ class AgentServer:
                 self._connections.pop(conn, None)
             conn.close()
 
-    def _handle(self, frames: list[memoryview], replies: list[bytes]) -> None:
-        # Consecutive SENDs of one topic and partition choice go to the agent together.
+    def _handle(self, data: bytearray, replies: list[bytes]) -> int | None:
+        """Answer the complete frames at the start of ``data``; returns the bytes they took,
+        None for a frame of impossible size (the connection is closed).
+
+        One pass over the frames, with no slice per frame but the event body: a SEND whose
+        topic and partition bytes are those of the SEND before is not parsed again.
+        Consecutive SENDs of one topic and partition choice go to the agent together.
+        """
+        view = memoryview(data)
+        available = len(data)
+        max_body = self.agent.config["max.request.size"]
         group: list[tuple[int, bytes | None, memoryview]] = []
         group_key: tuple[str, int] | None = None
-        for frame in frames:
-            _, op, request_id = REQUEST_HEAD.unpack_from(frame, 0)
-            payload = frame[REQUEST_HEAD.size :]
+        send_key: tuple[str, int] = ("", 0)
+        prefix = b""  # the raw topic and partition of the last SEND parsed
+        pos = 0
+        while available - pos >= 4:
+            (size,) = _SIZE.unpack_from(data, pos)
+            if size < 5 or size > MAX_FRAME:
+                _log.warning("closing a connection that sent a frame of %d bytes", size)
+                return None
+            end = pos + 4 + size
+            if end > available:
+                break
+            _, op, request_id = REQUEST_HEAD.unpack_from(data, pos)
+            at = pos + REQUEST_HEAD.size
+            pos = end
             if op == OP_SEND:
                 try:
-                    topic, partition, used = parse_topic_partition(payload)
-                    body = payload[used:]
-                    if len(body) > self.agent.config["max.request.size"]:
+                    if prefix and at + len(prefix) <= end and data.startswith(prefix, at):
+                        body_at = at + len(prefix)
+                    else:
+                        topic, partition, used = parse_topic_partition(view[at:end])
+                        prefix = bytes(data[at : at + used])
+                        send_key = (topic, partition)
+                        body_at = at + used
+                    if end - body_at > max_body:
                         raise EventFormatError(
-                            f"event of {len(body)} bytes is larger than max.request.size"
+                            f"event of {end - body_at} bytes is larger than max.request.size"
                         )
-                    key = check_body(body)
+                    key = check_body_at(data, body_at, end)
                 except EventFormatError as exc:
+                    if group_key is not None:  # answers go out in request order
+                        self._store(group_key, group, replies)
+                        group, group_key = [], None
                     replies.append(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
                     continue
-                gkey = (topic, partition)
-                if group_key is not None and gkey != group_key:
+                if group_key is not None and send_key != group_key:
                     self._store(group_key, group, replies)
                     group = []
-                group_key = gkey
-                group.append((request_id, key, body))
+                group_key = send_key
+                group.append((request_id, key, view[body_at:end]))
                 continue
             if group_key is not None:
                 self._store(group_key, group, replies)
                 group, group_key = [], None
+            payload = view[at:end]
             if op == OP_QUERY:
                 try:
                     topic, partition, used = parse_topic_partition(payload)
@@ -197,6 +215,7 @@ class AgentServer:
                 )
         if group_key is not None:
             self._store(group_key, group, replies)
+        return pos
 
     def _store(
         self,
@@ -219,6 +238,8 @@ class AgentServer:
             replies.extend(encode_response(r, ERROR, message) for r, _, _ in group)
             return
         replies.extend(
-            encode_response(r, OK, SEND_ACK.pack(e.partition, e.number))
-            for (r, _, _), e in zip(group, ids, strict=True)
+            [
+                encode_send_ok(r, e.partition, e.number)
+                for (r, _, _), e in zip(group, ids, strict=True)
+            ]
         )

@@ -67,6 +67,15 @@ def encode_response(request_id: int, status: int, payload: bytes) -> bytes:
     return RESPONSE_HEAD.pack(5 + len(payload), request_id, status) + payload
 
 
+# RESPONSE_HEAD and SEND_ACK in one: the answer to a SEND that succeeded.
+_SEND_OK = struct.Struct(">IIBiQ")
+_SEND_OK_SIZE = _SEND_OK.size - 4
+
+
+def encode_send_ok(request_id: int, partition: int, number: int) -> bytes:
+    return _SEND_OK.pack(_SEND_OK_SIZE, request_id, OK, partition, number)
+
+
 def parse_topic_partition(payload: memoryview) -> tuple[str, int, int]:
     """(topic, partition, bytes consumed) at the start of a SEND or QUERY payload."""
     if len(payload) < 2:

@@ -1,0 +1,123 @@
+"""The socket server's frame handling on its own: one chunk of mixed frames, answered in
+order, with SENDs of one topic and partition stored together and bad frames refused alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tidelog.agent import EventId
+from tidelog.agent.event import decode_body, encode_body
+from tidelog.agent.server import AgentServer
+from tidelog.agent.wire import (
+    BAD_REQUEST,
+    OK,
+    OP_SEND,
+    OP_STATUS,
+    RESPONSE_HEAD,
+    SEND_ACK,
+    encode_request,
+    encode_topic_partition,
+)
+
+
+class RecordingAgent:
+    def __init__(self) -> None:
+        self.config = {"max.request.size": 1000}
+        self.stored: list[tuple[str, int | None, list[tuple[bytes | None, bytes]]]] = []
+        self.next = 0
+
+    def store(
+        self,
+        topic: str,
+        partition: int | None,
+        items: Sequence[tuple[bytes | None, bytes | memoryview]],
+        *,
+        wait_for_space: bool = True,
+    ) -> list[EventId]:
+        self.stored.append((topic, partition, [(k, bytes(b)) for k, b in items]))
+        first, self.next = self.next, self.next + len(items)
+        return [EventId(topic, 7, n) for n in range(first, self.next)]
+
+    def status(self) -> list[dict[str, Any]]:
+        return [{"depth": self.next}]
+
+
+def send(request_id: int, topic: str, partition: int, body: bytes) -> bytes:
+    return encode_request(OP_SEND, request_id, encode_topic_partition(topic, partition) + body)
+
+
+def answers(data: bytes) -> list[tuple[int, int, bytes]]:
+    out = []
+    pos = 0
+    while pos < len(data):
+        size, request_id, status = RESPONSE_HEAD.unpack_from(data, pos)
+        out.append((request_id, status, data[pos + RESPONSE_HEAD.size : pos + 4 + size]))
+        pos += 4 + size
+    return out
+
+
+def test_a_chunk_of_mixed_frames(tmp_path: Path) -> None:
+    agent = RecordingAgent()
+    server = AgentServer(agent, tmp_path / "unused.sock")  # type: ignore[arg-type]
+    a = [
+        encode_body(b"k%d" % i, b"v%d" % i, [("h", b"x")] if i == 1 else None, i) for i in range(4)
+    ]
+    prefix_of_a = encode_topic_partition("a", -1)
+    chunk = b"".join(
+        [
+            send(1, "a", -1, a[0]),
+            send(2, "a", -1, a[1]),
+            send(3, "a", -1, a[2][:-1]),  # one byte short: refused, the others go on
+            # The topic bytes of the SEND before, then nothing: too short for a body.
+            encode_request(OP_SEND, 4, prefix_of_a),
+            send(5, "a", 0, a[2]),  # same topic, explicit partition: a new group
+            send(6, "b", -1, a[3]),
+            send(7, "b", -1, b"\x00" * 2000),  # larger than max.request.size
+            encode_request(9, 8, b""),  # unknown op
+            encode_request(OP_STATUS, 9, b""),
+            send(10, "b", -1, a[0]),
+        ]
+    )
+    tail = send(11, "b", -1, a[1])
+    replies: list[bytes] = []
+    used = server._handle(bytearray(chunk + tail[:10]), replies)
+    # The incomplete frame at the end waits for the next read.
+    assert used == len(chunk)
+    got = answers(b"".join(replies))
+    assert [(r, status) for r, status, _ in got] == [
+        (1, OK),
+        (2, OK),
+        (3, BAD_REQUEST),
+        (4, BAD_REQUEST),
+        (5, OK),
+        (6, OK),
+        (7, BAD_REQUEST),
+        (8, BAD_REQUEST),
+        (9, OK),
+        (10, OK),
+    ]
+    assert [SEND_ACK.unpack(p) for r, s, p in got if s == OK and r != 9] == [
+        (7, 0),
+        (7, 1),
+        (7, 2),
+        (7, 3),
+        (7, 4),
+    ]
+    assert b"max.request.size" in got[6][2]
+    assert [(t, p, [k for k, _ in items]) for t, p, items in agent.stored] == [
+        ("a", None, [b"k0", b"k1"]),
+        ("a", 0, [b"k2"]),
+        ("b", None, [b"k3"]),
+        ("b", None, [b"k0"]),
+    ]
+    assert [decode_body(b)[2] for _, b in agent.stored[0][2]] == [b"v0", b"v1"]
+    assert decode_body(agent.stored[0][2][1][1])[3] == [("h", b"x")]
+
+
+def test_a_frame_of_impossible_size_closes_the_connection(tmp_path: Path) -> None:
+    server = AgentServer(RecordingAgent(), tmp_path / "unused.sock")  # type: ignore[arg-type]
+    replies: list[bytes] = []
+    assert server._handle(bytearray(b"\x00\x00\x00\x02xx"), replies) is None
+    assert replies == []
