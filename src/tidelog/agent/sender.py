@@ -445,7 +445,9 @@ class Sender:
         for first, end in self.queue.dropped_ranges:
             if first <= number < end:
                 return "dropped", -1
-        if number >= self.n:
+        # The queue's cursor moves (under its lock, with the offset index) before this
+        # sender's own read position catches up on the loop.
+        if number >= max(self.n, self.queue.cursor.read_n):
             if number < self.queue.durable_n:
                 return "pending", -1
             return "unknown", -1
