@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tidelog.agent.errors import AgentClosedError, AgentError
-from tidelog.agent.event import Headers, encode_body
+from tidelog.agent.event import Headers, encode_bodies, encode_body
 from tidelog.agent.parking import ParkedTopic
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
 from tidelog.agent.sender import Sender
@@ -464,9 +464,9 @@ class Agent:
         partition: int | None = None,
     ) -> list[EventId]:
         """Store several (key, value) events with one group commit per partition."""
-        now = int(time.time() * 1000)
+        bodies = encode_bodies(events, int(time.time() * 1000))
         return self.store(
-            topic, partition, [(key, encode_body(key, value, None, now)) for key, value in events]
+            topic, partition, [(key, body) for (key, _), body in zip(events, bodies, strict=True)]
         )
 
     def store(

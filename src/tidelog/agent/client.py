@@ -26,7 +26,7 @@ from typing import Any
 
 from tidelog.agent.agent import Delivery, EventId
 from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
-from tidelog.agent.event import Headers, encode_body
+from tidelog.agent.event import Headers, encode_bodies, encode_body
 from tidelog.agent.wire import (
     BAD_REQUEST,
     MAX_FRAME,
@@ -36,6 +36,7 @@ from tidelog.agent.wire import (
     OP_STATUS,
     QUERY_ANSWER,
     QUEUE_FULL,
+    REQUEST_HEAD,
     RESPONSE_HEAD,
     SEND_ACK,
     STATES,
@@ -255,24 +256,24 @@ class AgentClient:
     def _submit_many(
         self, topic: str, events: list[tuple[bytes | None, bytes | None]]
     ) -> Future[list[EventId]]:
-        now = int(time.time() * 1000)
         prefix = encode_topic_partition(topic, -1)
         waiter = _Many(len(events), topic)
         if not events:
             waiter.future.set_result([])
             return waiter.future
-        frames = []
+        bodies = encode_bodies(events, int(time.time() * 1000))
+        pack_head = REQUEST_HEAD.pack
+        fixed = REQUEST_HEAD.size - 4 + len(prefix)
+        parts: list[bytes] = []
         with self._write_lock:
             if self._failure is not None:
                 raise self._failure
-            for index, (key, value) in enumerate(events):
-                request_id = next(self._ids) & 0xFFFFFFFF
-                self._many[request_id] = (waiter, index)
-                frames.append(
-                    encode_request(OP_SEND, request_id, prefix + encode_body(key, value, None, now))
-                )
+            ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
+            self._many.update(zip(ids, ((waiter, index) for index in range(len(ids))), strict=True))
+            for request_id, body in zip(ids, bodies, strict=True):
+                parts += (pack_head(fixed + len(body), OP_SEND, request_id), prefix, body)
             try:
-                self._sock.sendall(b"".join(frames))
+                self._sock.sendall(b"".join(parts))
             except OSError as exc:
                 raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
         return waiter.future

@@ -60,6 +60,28 @@ def encode_body(
     return b"".join(parts)
 
 
+def encode_bodies(
+    events: Sequence[tuple[bytes | None, bytes | None]], timestamp: int
+) -> list[bytes]:
+    """``encode_body(key, value, None, timestamp)`` of each (key, value), in one pass."""
+    pack = _FIXED.pack
+    return [
+        b"".join(
+            (
+                pack(
+                    timestamp,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    0,
+                ),
+                key or b"",
+                value or b"",
+            )
+        )
+        for key, value in events
+    ]
+
+
 def check_body(body: bytes | memoryview) -> bytes | None:
     """Check that ``body`` is one well-formed record body; return its key.
 
