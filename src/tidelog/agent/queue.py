@@ -104,6 +104,10 @@ OFFSET_INDEX_OLD = "offsets.old"
 OFFSET_INDEX_RECORDS = 65_536
 
 FsyncFn = Callable[[int], None]
+# What one sync writes: the buffer's chunks (position of the first entry, its number, the
+# encoded entries, whether they start a new segment), the end position and number after
+# them, and the condition their callers wait on.
+_SyncWork = tuple[list[tuple[int, int, bytearray, bool]], int, int, threading.Condition]
 
 POLICIES = ("block", "reject", "drop-oldest")
 
@@ -211,9 +215,13 @@ class DiskQueue:
         self._fsync = fsync
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
-        # Notified after every sync: callers waiting for their entries to be durable.
+        # Notified after every sync, for close().
         self._durable = threading.Condition(self._lock)
         self._syncing = False
+        # The callers whose entries are in ``_buffer`` wait on this one; a sync takes it with
+        # the buffer and wakes just them when done (and one caller of the next buffer to
+        # lead the next sync), not every waiter of the queue.
+        self._batch = threading.Condition(self._lock)
         self.segments: list[Segment] = []
         self.cursor = Cursor()
         self.write_pos = 0
@@ -428,7 +436,7 @@ class DiskQueue:
         writes it and calls ``fdatasync`` itself; the others wait for that sync and the next
         caller with entries left over leads the next one.
         """
-        first = self._buffer_entries(bodies, numbered, wait_for_space)
+        first, batch = self._buffer_entries(bodies, numbered, wait_for_space)
         end = first + len(bodies)
         lock = self._lock
         while True:
@@ -440,7 +448,7 @@ class DiskQueue:
                         )
                     if not self._syncing and self._buffer:
                         break
-                    self._durable.wait()
+                    batch.wait()
                 else:
                     return first
                 work = self._take_buffer_locked()
@@ -451,7 +459,8 @@ class DiskQueue:
         bodies: Sequence[bytes | memoryview],
         numbered: Callable[[int], None] | None,
         wait_for_space: bool,
-    ) -> int:
+    ) -> tuple[int, threading.Condition]:
+        """Buffer the entries; returns the first number and the condition of their sync."""
         size = 0
         for body in bodies:
             if len(body) > self.max_entry_bytes:
@@ -515,7 +524,7 @@ class DiskQueue:
                     number += 1
             self.write_n = number
             self.appended += len(bodies)
-        return first
+            return first, self._batch
 
     def _drop_oldest_locked(self) -> bool:
         """Skip the oldest undelivered segment; False when nothing can be dropped."""
@@ -539,16 +548,15 @@ class DiskQueue:
         self._delete_segments_locked()
         return True
 
-    def _take_buffer_locked(self) -> tuple[list[tuple[int, int, bytearray, bool]], int, int]:
+    def _take_buffer_locked(self) -> _SyncWork:
         """Make the caller the one sync in progress, for everything buffered."""
         chunks, self._buffer = self._buffer, []
+        batch, self._batch = self._batch, threading.Condition(self._lock)
         self._syncing = True
-        return chunks, self.write_pos, self.write_n
+        return chunks, self.write_pos, self.write_n, batch
 
-    def _write_and_sync(
-        self, work: tuple[list[tuple[int, int, bytearray, bool]], int, int]
-    ) -> None:
-        chunks, end_pos, end_n = work
+    def _write_and_sync(self, work: _SyncWork) -> None:
+        chunks, end_pos, end_n, batch = work
         error: OSError | None = None
         try:
             for position, first_n, data, rolls in chunks:
@@ -582,6 +590,11 @@ class DiskQueue:
                     ages[-1] = (end_n, ages[-1][1])
             else:
                 self._failure = error
+            batch.notify_all()
+            if error is not None:
+                self._batch.notify_all()
+            elif self._buffer:
+                self._batch.notify()
             self._durable.notify_all()
         hook = self.on_durable
         if hook is not None:
