@@ -21,57 +21,26 @@ AlterConfigs resource takes its last value, as in Kafka.
 
 from __future__ import annotations
 
-import datetime
-import functools
-import importlib
-from dataclasses import fields
 from typing import Any
-
-from kio.static.primitive import i32Timedelta
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, make, response_module
 from tidelog.metadata.configs import ConfigEntry
 from tidelog.metadata.controller import (
     AlterConfigsResource,
     ConfigResourceResult,
-    Controller,
     DescribeConfigsResource,
     IncrementalAlterConfigsResource,
 )
 from tidelog.protocol import ApiKey
-
-_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-@functools.cache
-def _module(api: str, version: int) -> Any:
-    return importlib.import_module(f"kio.schema.{api}.v{version}.response")
-
-
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: Any, **values: Any) -> Any:
-    """An instance of ``cls`` from the values its version has (the others are dropped)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def _controller(ctx: RequestContext) -> Controller:
-    controller = ctx.broker.controller
-    assert controller is not None, "broker built without a controller"
-    return controller
-
 
 # -- DescribeConfigs -----------------------------------------------------------------------
 
 
 def _entry(module: Any, entry: ConfigEntry) -> Any:
     synonym_cls = module.DescribeConfigsSynonym
-    return _make(
+    return make(
         module.DescribeConfigsResourceResult,
         name=entry.name,
         value=entry.value,
@@ -88,7 +57,7 @@ def _entry(module: Any, entry: ConfigEntry) -> Any:
 
 @handles(ApiKey.DESCRIBE_CONFIGS)
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> object:
-    module = _module("describe_configs", ctx.api_version)
+    module = response_module("describe_configs", ctx.api_version)
     resources = [
         DescribeConfigsResource(
             resource_type=int(resource.resource_type),
@@ -97,7 +66,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> object:
         )
         for resource in request.resources
     ]
-    described = _controller(ctx).describe_configs(
+    described = controller(ctx).describe_configs(
         resources,
         include_synonyms=bool(request.include_synonyms),
         include_documentation=bool(getattr(request, "include_documentation", False)),
@@ -112,7 +81,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> object:
         )
         for result in described
     )
-    return module.DescribeConfigsResponse(throttle_time=_ZERO_THROTTLE, results=results)
+    return module.DescribeConfigsResponse(throttle_time=ZERO_THROTTLE, results=results)
 
 
 # -- AlterConfigs / IncrementalAlterConfigs ------------------------------------------------
@@ -120,7 +89,7 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> object:
 
 def _alter_response(module: Any, response_cls: Any, results: list[ConfigResourceResult]) -> Any:
     return response_cls(
-        throttle_time=_ZERO_THROTTLE,
+        throttle_time=ZERO_THROTTLE,
         responses=tuple(
             module.AlterConfigsResourceResponse(
                 error_code=result.error.code.to_kio(),
@@ -135,7 +104,7 @@ def _alter_response(module: Any, response_cls: Any, results: list[ConfigResource
 
 @handles(ApiKey.ALTER_CONFIGS)
 async def handle_alter_configs(ctx: RequestContext, request: Any) -> object:
-    module = _module("alter_configs", ctx.api_version)
+    module = response_module("alter_configs", ctx.api_version)
     resources = [
         AlterConfigsResource(
             resource_type=int(resource.resource_type),
@@ -147,14 +116,14 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> object:
     results: list[ConfigResourceResult] = []
     if resources:
         results = await ctx.broker.run_blocking(
-            _controller(ctx).alter_configs, resources, validate_only=bool(request.validate_only)
+            controller(ctx).alter_configs, resources, validate_only=bool(request.validate_only)
         )
     return _alter_response(module, module.AlterConfigsResponse, results)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS)
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> object:
-    module = _module("incremental_alter_configs", ctx.api_version)
+    module = response_module("incremental_alter_configs", ctx.api_version)
     resources = [
         IncrementalAlterConfigsResource(
             resource_type=int(resource.resource_type),
@@ -169,7 +138,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     results: list[ConfigResourceResult] = []
     if resources:
         results = await ctx.broker.run_blocking(
-            _controller(ctx).incremental_alter_configs,
+            controller(ctx).incremental_alter_configs,
             resources,
             validate_only=bool(request.validate_only),
         )

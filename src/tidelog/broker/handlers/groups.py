@@ -25,16 +25,12 @@ generations, errors) are the coordinator's, see ``docs/groups.md``.
 from __future__ import annotations
 
 import datetime
-import functools
-import importlib
-from dataclasses import fields
 from typing import Any
-
-from kio.static.primitive import i32Timedelta
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
 from tidelog.coordinator import (
     DeleteGroupsResult,
     DescribedGroup,
@@ -50,8 +46,6 @@ from tidelog.coordinator import (
 from tidelog.coordinator.api import DeleteGroupResult
 from tidelog.protocol import ApiKey, ErrorCode
 
-ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
 #: Kafka's value for "authorized operations were not requested".
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
 #: Every operation a group supports (READ 3, DELETE 6, DESCRIBE 8), which Kafka reports
@@ -62,22 +56,6 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 _UNAVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-
-@functools.cache
-def response_module(api: str, version: int) -> Any:
-    return importlib.import_module(f"kio.schema.{api}.v{version}.response")
-
-
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def make(cls: Any, **values: Any) -> Any:
-    """An instance of ``cls`` from the values its version has (the others are dropped)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def ms(value: datetime.timedelta) -> int:

@@ -12,36 +12,13 @@ is always false: Tidelog does not cordon log dirs.
 
 from __future__ import annotations
 
-import datetime
-import functools
-import importlib
 import os
-from dataclasses import fields
 from typing import Any
-
-from kio.static.primitive import i32Timedelta
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
 from tidelog.protocol import ApiKey, ErrorCode
-
-_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-@functools.cache
-def _module(version: int) -> Any:
-    return importlib.import_module(f"kio.schema.describe_log_dirs.v{version}.response")
-
-
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: Any, **values: Any) -> Any:
-    """An instance of ``cls`` from the values its version has (the others are dropped)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def _wanted(request: Any) -> dict[str, set[int]] | None:
@@ -61,7 +38,7 @@ def disk_space(path: str) -> tuple[int, int]:
 
 @handles(ApiKey.DESCRIBE_LOG_DIRS)
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> object:
-    module = _module(ctx.api_version)
+    module = response_module("describe_log_dirs", ctx.api_version)
     partitions = ctx.broker.partitions
     wanted = _wanted(request)
     # log dir -> topic -> [(partition, size)]
@@ -98,7 +75,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> object:
             for topic, held in sorted(by_dir.get(log_dir, {}).items())
         )
         results.append(
-            _make(
+            make(
                 module.DescribeLogDirsResult,
                 error_code=error.to_kio(),
                 log_dir=log_dir,
@@ -108,9 +85,9 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> object:
                 is_cordoned=False,
             )
         )
-    return _make(
+    return make(
         module.DescribeLogDirsResponse,
-        throttle_time=_ZERO_THROTTLE,
+        throttle_time=ZERO_THROTTLE,
         error_code=ErrorCode.NONE.to_kio(),
         results=tuple(results),
     )

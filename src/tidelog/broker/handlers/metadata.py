@@ -30,22 +30,15 @@ UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. No broker is ever fenced h
 
 from __future__ import annotations
 
-import datetime
-import functools
-import importlib
 import uuid
-from dataclasses import fields
 from typing import Any
-
-from kio.static.primitive import i32Timedelta
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
 from tidelog.metadata.controller import INTERNAL_TOPICS, validate_topic_name
 from tidelog.metadata.image import MetadataImage, TopicImage
 from tidelog.protocol import ApiKey, ErrorCode
-
-_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 #: Kafka's value for "authorized operations were not requested".
 AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
@@ -76,22 +69,6 @@ CLUSTER_OPERATIONS = _bits(
 
 #: DescribeCluster endpoint types.
 ENDPOINT_TYPE_BROKER = 1
-
-
-@functools.cache
-def _module(api: str, version: int) -> Any:
-    return importlib.import_module(f"kio.schema.{api}.v{version}.response")
-
-
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: Any, **values: Any) -> Any:
-    """An instance of ``cls`` from the values its version has (the others are dropped)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 def _brokers(ctx: RequestContext) -> list[tuple[int, str, int, str | None]]:
@@ -136,7 +113,7 @@ def _partitions(module: Any, image: MetadataImage, topic: TopicImage) -> tuple[A
     for index, part in sorted(topic.partitions.items()):
         error = ErrorCode.LEADER_NOT_AVAILABLE if part.leader < 0 else ErrorCode.NONE
         out.append(
-            _make(
+            make(
                 cls,
                 error_code=error.to_kio(),
                 partition_index=index,
@@ -175,7 +152,7 @@ async def _answer_by_name(ctx: RequestContext, name: str, allow_auto_create: boo
 @handles(ApiKey.METADATA)
 async def handle_metadata(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
-    module = _module("metadata", version)
+    module = response_module("metadata", version)
     broker = ctx.broker
     requested = request.topics
     every_topic = requested is None or (version == 0 and not requested)
@@ -240,7 +217,7 @@ def _metadata_response(
         topic = answer.topic
         name = answer.name if answer.name is not None else null_name
         topics.append(
-            _make(
+            make(
                 topic_cls,
                 error_code=answer.error.to_kio(),
                 name=name,
@@ -252,12 +229,12 @@ def _metadata_response(
         )
     broker_cls = module.MetadataResponseBroker
     brokers = tuple(
-        _make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
+        make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
         for node_id, host, port, rack in _brokers(ctx)
     )
-    return _make(
+    return make(
         module.MetadataResponse,
-        throttle_time=_ZERO_THROTTLE,
+        throttle_time=ZERO_THROTTLE,
         brokers=brokers,
         cluster_id=broker.cluster_id or None,
         controller_id=broker.node_id,
@@ -273,7 +250,7 @@ def _metadata_response(
 @handles(ApiKey.DESCRIBE_CLUSTER)
 async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
-    module = _module("describe_cluster", version)
+    module = response_module("describe_cluster", version)
     broker = ctx.broker
     endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
     cluster_ops = (
@@ -282,9 +259,9 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
         else AUTHORIZED_OPERATIONS_NOT_REQUESTED
     )
     if endpoint_type != ENDPOINT_TYPE_BROKER:
-        return _make(
+        return make(
             module.DescribeClusterResponse,
-            throttle_time=_ZERO_THROTTLE,
+            throttle_time=ZERO_THROTTLE,
             error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE.to_kio(),
             error_message=f"endpoint type {endpoint_type} is not served; only brokers (1) are",
             endpoint_type=endpoint_type,
@@ -295,12 +272,12 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
         )
     broker_cls = module.DescribeClusterBroker
     brokers = tuple(
-        _make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=False)
+        make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=False)
         for node_id, host, port, rack in _brokers(ctx)
     )
-    return _make(
+    return make(
         module.DescribeClusterResponse,
-        throttle_time=_ZERO_THROTTLE,
+        throttle_time=ZERO_THROTTLE,
         error_code=ErrorCode.NONE.to_kio(),
         error_message=None,
         endpoint_type=endpoint_type,

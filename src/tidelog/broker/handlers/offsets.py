@@ -16,17 +16,13 @@ epoch is treated as starting at the log end offset (:func:`epoch_end_offset`).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime
 import sys
 from collections import Counter
-from functools import cache
 from typing import Any
-
-from kio.static.primitive import i32Timedelta
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, make
 from tidelog.broker.partitions import Partition
 from tidelog.protocol import ApiKey, ErrorCode, response_class
 from tidelog.storage import (
@@ -84,24 +80,10 @@ def epoch_end_offset(partition: Partition, requested_epoch: int) -> tuple[int, i
     return epoch, end
 
 
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-def _make(cls: type, **values: Any) -> Any:
-    """An instance of kio class ``cls`` from those of ``values`` its version has."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
 def _schema(api_key: ApiKey, version: int) -> tuple[type, Any]:
     cls = response_class(api_key, version)
     assert cls is not None, f"{api_key.name} v{version} has no response schema"
     return cls, sys.modules[cls.__module__]
-
-
-_NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
 
 # -- ListOffsets -------------------------------------------------------------------------
@@ -181,7 +163,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> object:
                     except StorageError:
                         error = ErrorCode.KAFKA_STORAGE_ERROR
             results.append(
-                _make(
+                make(
                     schema.ListOffsetsPartitionResponse,
                     partition_index=item.partition_index,
                     error_code=error.to_kio(),
@@ -191,9 +173,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> object:
                 )
             )
         topics.append(
-            _make(schema.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(results))
+            make(schema.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(results))
         )
-    return _make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+    return make(cls, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
 
 # -- OffsetForLeaderEpoch ----------------------------------------------------------------
@@ -221,7 +203,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> o
                     except StorageError:
                         error = ErrorCode.KAFKA_STORAGE_ERROR
             results.append(
-                _make(
+                make(
                     schema.EpochEndOffset,
                     error_code=error.to_kio(),
                     partition=item.partition,
@@ -230,9 +212,9 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> o
                 )
             )
         topics.append(
-            _make(schema.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(results))
+            make(schema.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(results))
         )
-    return _make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+    return make(cls, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
 
 # -- DeleteRecords -----------------------------------------------------------------------
@@ -274,7 +256,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> object:
             else:
                 error, low = await _delete_records(partition, int(item.offset))
             results.append(
-                _make(
+                make(
                     schema.DeleteRecordsPartitionResult,
                     partition_index=item.partition_index,
                     low_watermark=low,
@@ -282,6 +264,6 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> object:
                 )
             )
         topics.append(
-            _make(schema.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(results))
+            make(schema.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(results))
         )
-    return _make(cls, throttle_time=_NO_THROTTLE, topics=tuple(topics))
+    return make(cls, throttle_time=ZERO_THROTTLE, topics=tuple(topics))

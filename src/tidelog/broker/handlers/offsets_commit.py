@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidelog.broker.connection import RequestContext
-from tidelog.broker.handlers.groups import ZERO_THROTTLE, driver_of, make, ms, response_module
+from tidelog.broker.handlers.groups import driver_of, ms
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
 from tidelog.coordinator import (
     FetchedOffset,
     OffsetCommitPartition,

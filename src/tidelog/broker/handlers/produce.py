@@ -40,10 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from kio.static.primitive import i32Timedelta
-
 from tidelog.broker.connection import CloseConnection, RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE
 from tidelog.broker.partitions import Partition
 from tidelog.broker.produce_validation import Refusal, validate_partition_records
 from tidelog.broker.reply import NO_RESPONSE, Deferred
@@ -61,7 +60,6 @@ from tidelog.storage.producer_state import InvalidProducerEpochError, OutOfOrder
 _log = logging.getLogger(__name__)
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 _KIO_CODES = {code: code.to_kio() for code in ErrorCode}
 _NONE = ErrorCode.NONE
 _VALID_ACKS = frozenset((-1, 0, 1))
@@ -241,7 +239,7 @@ def _build(shape: _Shape, topics: list[tuple[Any, list[_Result]]], by_topic_id: 
             topic_responses.append(shape.topic(topic_id=key, partition_responses=tuple(partitions)))
         else:
             topic_responses.append(shape.topic(name=key, partition_responses=tuple(partitions)))
-    return shape.response(responses=tuple(topic_responses), throttle_time=_ZERO_THROTTLE)
+    return shape.response(responses=tuple(topic_responses), throttle_time=ZERO_THROTTLE)
 
 
 async def _when_durable(

@@ -22,7 +22,6 @@ exist); a partition this broker does not host: UNKNOWN_TOPIC_OR_PARTITION.
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import logging
 from typing import Any
@@ -34,15 +33,15 @@ from kio.schema.describe_producers.v0.response import (
     TopicResponse,
 )
 from kio.schema.types import ProducerId
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i32, i64
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 
 _log = logging.getLogger(__name__)
 
-_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 _INIT_RANGE = SUPPORTED_VERSIONS[ApiKey.INIT_PRODUCER_ID]
 _INIT_RESPONSES = {
     v: importlib.import_module(f"kio.schema.init_producer_id.v{v}.response").InitProducerIdResponse
@@ -52,7 +51,7 @@ _INIT_RESPONSES = {
 
 def _init_response(version: int, error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
     return _INIT_RESPONSES[version](
-        throttle_time=_ZERO_THROTTLE,
+        throttle_time=ZERO_THROTTLE,
         error_code=error.to_kio(),
         producer_id=producer_id,
         producer_epoch=epoch,
@@ -118,4 +117,4 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> object
                 )
             )
         topics.append(TopicResponse(name=topic.name, partitions=tuple(partitions)))
-    return DescribeProducersResponse(throttle_time=_ZERO_THROTTLE, topics=tuple(topics))
+    return DescribeProducersResponse(throttle_time=ZERO_THROTTLE, topics=tuple(topics))

@@ -22,19 +22,13 @@ without a topic id, as Kafka does.
 
 from __future__ import annotations
 
-import datetime
-import functools
-import importlib
 import uuid
-from dataclasses import fields
 from typing import Any
-
-from kio.static.primitive import i32Timedelta
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
+from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, make, response_module
 from tidelog.metadata.controller import (
-    Controller,
     CreateTopicResult,
     DeleteTopicResult,
     NewPartitions,
@@ -42,31 +36,6 @@ from tidelog.metadata.controller import (
 )
 from tidelog.metadata.errors import ApiError
 from tidelog.protocol import ApiKey, ErrorCode
-
-_ZERO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-@functools.cache
-def _module(api: str, version: int) -> Any:
-    return importlib.import_module(f"kio.schema.{api}.v{version}.response")
-
-
-@functools.cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def _make(cls: Any, **values: Any) -> Any:
-    """An instance of ``cls`` from the values its version has (the others are dropped)."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def _controller(ctx: RequestContext) -> Controller:
-    controller = ctx.broker.controller
-    assert controller is not None, "broker built without a controller"
-    return controller
-
 
 # -- CreateTopics --------------------------------------------------------------------------
 
@@ -105,7 +74,7 @@ def _create_topic_result(module: Any, result: CreateTopicResult) -> Any:
             )
             for entry in result.configs
         )
-    return _make(
+    return make(
         module.CreatableTopicResult,
         name=result.name,
         topic_id=result.topic_id,
@@ -119,13 +88,13 @@ def _create_topic_result(module: Any, result: CreateTopicResult) -> Any:
 
 @handles(ApiKey.CREATE_TOPICS)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> object:
-    module = _module("create_topics", ctx.api_version)
+    module = response_module("create_topics", ctx.api_version)
     planned: list[NewTopic | ApiError] = [_new_topic(entry) for entry in request.topics]
     new_topics = [item for item in planned if isinstance(item, NewTopic)]
     created: list[CreateTopicResult] = []
     if new_topics:
         created = await ctx.broker.run_blocking(
-            _controller(ctx).create_topics, new_topics, validate_only=bool(request.validate_only)
+            controller(ctx).create_topics, new_topics, validate_only=bool(request.validate_only)
         )
     results = iter(created)
     topics = []
@@ -134,7 +103,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> object:
             CreateTopicResult(entry.name, item) if isinstance(item, ApiError) else next(results)
         )
         topics.append(_create_topic_result(module, result))
-    return _make(module.CreateTopicsResponse, throttle_time=_ZERO_THROTTLE, topics=tuple(topics))
+    return make(module.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
 
 # -- DeleteTopics --------------------------------------------------------------------------
@@ -143,7 +112,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> object:
 @handles(ApiKey.DELETE_TOPICS)
 async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
-    module = _module("delete_topics", version)
+    module = response_module("delete_topics", version)
     # Each requested entry: a name, an id, or the error of a malformed entry.
     entries: list[str | uuid.UUID | ApiError]
     if version >= 6:
@@ -165,7 +134,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
     ids = [e for e in entries if isinstance(e, uuid.UUID)]
     deleted: list[DeleteTopicResult] = []
     if names or ids:
-        deleted = await ctx.broker.run_blocking(_controller(ctx).delete_topics, names, ids)
+        deleted = await ctx.broker.run_blocking(controller(ctx).delete_topics, names, ids)
     # The controller answers names first, then ids, each in request order.
     by_name = iter(deleted[: len(names)])
     by_id = iter(deleted[len(names) :])
@@ -178,7 +147,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
         else:
             result = next(by_id)
         responses.append(
-            _make(
+            make(
                 module.DeletableTopicResult,
                 # Before v6 the name is not nullable and always given.
                 name=result.name if version >= 6 else entry,
@@ -187,8 +156,8 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
                 error_message=result.error.message,
             )
         )
-    return _make(
-        module.DeleteTopicsResponse, throttle_time=_ZERO_THROTTLE, responses=tuple(responses)
+    return make(
+        module.DeleteTopicsResponse, throttle_time=ZERO_THROTTLE, responses=tuple(responses)
     )
 
 
@@ -197,7 +166,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
 
 @handles(ApiKey.CREATE_PARTITIONS)
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> object:
-    module = _module("create_partitions", ctx.api_version)
+    module = response_module("create_partitions", ctx.api_version)
     wanted = [
         NewPartitions(
             name=topic.name,
@@ -213,11 +182,11 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> object:
     results = []
     if wanted:
         results = await ctx.broker.run_blocking(
-            _controller(ctx).create_partitions, wanted, validate_only=bool(request.validate_only)
+            controller(ctx).create_partitions, wanted, validate_only=bool(request.validate_only)
         )
-    return _make(
+    return make(
         module.CreatePartitionsResponse,
-        throttle_time=_ZERO_THROTTLE,
+        throttle_time=ZERO_THROTTLE,
         results=tuple(
             module.CreatePartitionsTopicResult(
                 name=result.name,
