@@ -9,7 +9,12 @@ Producer section: each client sends ``--messages`` values of ``--record-size`` b
 ``produce`` accepts them, with acks=all, idempotence on, linger.ms 5 and batch.size 1 MB for
 both; the clock stops when ``flush()`` returns (the broker acknowledged the last record). The
 two clients alternate for ``--rounds`` rounds and the best round of each is reported, so that
-neither is judged on a moment when the machine was busy elsewhere.
+neither is judged on a moment when the machine was busy elsewhere. confluent-kafka counts
+failed deliveries in an ``on_delivery`` callback. Ours, by default, keeps every future
+``send`` returns and asks each for its exception after ``flush()`` (its usual use, and the
+dearer one: 300,000 live futures cost the garbage collector); with ``--tidelog-delivery
+callback`` it counts failures in an ``on_delivery`` callback as confluent-kafka does, keeping
+no future.
 
 Consumer section: one topic of ``--partitions`` partitions is filled once (by
 confluent-kafka's producer, ``--messages`` values of ``--record-size`` bytes, no key, no
@@ -57,6 +62,8 @@ class Context:
     partitions: int
     rounds: int
     errors: list[str] = field(default_factory=list)
+    # "futures": ours keeps send()'s futures; "callback": it counts failures in on_delivery.
+    tidelog_delivery: str = "futures"
 
 
 def _free_port() -> int:
@@ -107,14 +114,26 @@ def produce_tidelog(ctx: Context, topic: str) -> float:
         "batch.size": 1_000_000,
         "buffer.memory": max(64 << 20, ctx.messages * (ctx.record_size + 64)),
     }
+    failed = 0
+
+    def delivered(error: Any, _: Any) -> None:
+        nonlocal failed
+        if error is not None:
+            failed += 1
+
     with Producer(config) as producer:
         producer.send(topic, b"warm-up").result()  # connections and metadata are ready
         send = producer.send
         start = time.perf_counter()
-        futures = [send(topic, value) for _ in range(ctx.messages)]
+        if ctx.tidelog_delivery == "callback":
+            for _ in range(ctx.messages):
+                send(topic, value, on_delivery=delivered)
+            futures: list[Any] = []
+        else:
+            futures = [send(topic, value) for _ in range(ctx.messages)]
         left = producer.flush(120)
         elapsed = time.perf_counter() - start
-    failed = left + sum(1 for f in futures if f.exception() is not None)
+    failed += left + sum(1 for f in futures if f.exception() is not None)
     if failed:
         ctx.errors.append(f"tidelog producer: {failed} records not delivered")
     return ctx.messages / elapsed
@@ -191,10 +210,12 @@ def compare(
 
 
 def producer_section(ctx: Context) -> dict[str, Any]:
-    runs = {"confluent-kafka": produce_confluent, "tidelog": produce_tidelog}
-    return compare(
+    runs: dict[str, Run] = {"confluent-kafka": produce_confluent, "tidelog": produce_tidelog}
+    figures = compare(
         ctx, "producer", "ratio", runs, lambda: create_topic(ctx.bootstrap, ctx.partitions)
     )
+    figures["tidelog_delivery"] = ctx.tidelog_delivery
+    return figures
 
 
 # -- consumer ----------------------------------------------------------------------------------
@@ -314,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="50,000 messages, one round")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated")
+    parser.add_argument(
+        "--tidelog-delivery",
+        choices=["futures", "callback"],
+        default="futures",
+        help="producer: how ours counts failed deliveries (confluent-kafka: callback)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.rounds = 50_000, 1
@@ -327,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             (workdir / "data").mkdir()
             broker, bootstrap = start_broker(workdir / "data")
         ctx = Context(bootstrap, args.messages, args.record_size, args.partitions, args.rounds)
+        ctx.tidelog_delivery = args.tidelog_delivery
         results: dict[str, Any] = {"bootstrap": bootstrap}
         for name in args.sections.split(","):
             if name not in SECTIONS:

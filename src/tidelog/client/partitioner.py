@@ -14,32 +14,40 @@ records.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+# Unpackers of n little-endian 32-bit words, made once per n.
+_WORDS: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
 
 
 def murmur2(data: bytes | bytearray | memoryview) -> int:
     """32-bit murmur2 of ``data`` with Kafka's seed, as a signed (Java ``int``) value."""
-    view = bytes(data)
+    view = data if type(data) is bytes else bytes(data)
     length = len(view)
     h = (_SEED ^ length) & _MASK
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(view[i : i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    tail = length % 4
-    if tail == 3:
-        h ^= view[whole + 2] << 16
-    if tail >= 2:
-        h ^= view[whole + 1] << 8
-    if tail >= 1:
+    count = length >> 2
+    if count:
+        words = _WORDS.get(count)
+        if words is None:
+            words = _WORDS[count] = struct.Struct(f"<{count}I").unpack_from
+        m, mask = _M, _MASK
+        for k in words(view):
+            k = (k * m) & mask
+            k ^= k >> 24
+            # (h * m) ^ (k * m), masked once: the low 32 bits of an xor are the xor of the
+            # low 32 bits.
+            h = ((h * m) ^ (k * m)) & mask
+    whole = count << 2
+    tail = length & 3
+    if tail:
+        if tail == 3:
+            h ^= view[whole + 2] << 16
+        if tail >= 2:
+            h ^= view[whole + 1] << 8
         h ^= view[whole]
         h = (h * _M) & _MASK
     h ^= h >> 13
@@ -53,10 +61,25 @@ def to_positive(number: int) -> int:
     return number & 0x7FFFFFFF
 
 
+# Keys seen lately and their to_positive(murmur2(key)): keys repeat (an entity's records share
+# its key), and a lookup costs a few percent of the hash. Only short keys, and no more than
+# _CACHE_KEYS of them (the dict is emptied when full), so the memory stays small.
+_CACHE: dict[bytes, int] = {}
+_CACHE_KEYS = 4096
+_CACHE_KEY_BYTES = 64
+
+
 def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
     if num_partitions <= 0:
         raise ValueError("a topic has at least one partition")
-    return to_positive(murmur2(key)) % num_partitions
+    if type(key) is not bytes or len(key) > _CACHE_KEY_BYTES:
+        return to_positive(murmur2(key)) % num_partitions
+    positive = _CACHE.get(key)
+    if positive is None:
+        if len(_CACHE) >= _CACHE_KEYS:
+            _CACHE.clear()
+        positive = _CACHE[key] = to_positive(murmur2(key))
+    return positive % num_partitions
 
 
 class StickyPartitioner:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.client.partitioner import (
@@ -68,6 +68,59 @@ def test_partition_in_range_and_stable(key: bytes, partitions: int) -> None:
     assert 0 <= first < partitions
     assert partition_for_key(bytearray(key), partitions) == first
     assert -(1 << 31) <= murmur2(key) < 1 << 31
+
+
+def _murmur2_by_the_book(data: bytes) -> int:
+    """Kafka's murmur2 written out step by step (a word at a time, masked at every step), to
+    check the producer's faster arithmetic against."""
+    seed, m, mask = 0x9747B28C, 0x5BD1E995, 0xFFFFFFFF
+    h = (seed ^ len(data)) & mask
+    for i in range(0, len(data) - len(data) % 4, 4):
+        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    rest = data[len(data) - len(data) % 4 :]
+    if len(rest) == 3:
+        h ^= rest[2] << 16
+    if len(rest) >= 2:
+        h ^= rest[1] << 8
+    if rest:
+        h ^= rest[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@given(st.binary(max_size=200))
+def test_murmur2_equals_the_step_by_step_definition(key: bytes) -> None:
+    assert murmur2(key) == _murmur2_by_the_book(key)
+    assert murmur2(bytearray(key)) == murmur2(memoryview(key)) == murmur2(key)
+
+
+@settings(max_examples=30)
+@given(st.lists(st.binary(max_size=80), min_size=1, max_size=40), st.integers(1, 50))
+def test_partition_for_key_is_the_same_from_its_cache(keys: list[bytes], partitions: int) -> None:
+    """Recently seen keys are answered from a cache (short keys only, emptied when full):
+    the answer is the hash's, first time or again, whatever else was asked in between."""
+    from tidelog.client import partitioner
+
+    for _ in range(2):
+        for key in keys:
+            expected = (_murmur2_by_the_book(key) & 0x7FFFFFFF) % partitions
+            assert partition_for_key(key, partitions) == expected
+            assert len(partitioner._CACHE) <= partitioner._CACHE_KEYS
+    many = [b"%d" % i for i in range(partitioner._CACHE_KEYS + 10)]
+    for key in many:
+        partition_for_key(key, partitions)
+    assert len(partitioner._CACHE) <= partitioner._CACHE_KEYS
+    assert [partition_for_key(k, partitions) for k in keys] == [
+        (_murmur2_by_the_book(k) & 0x7FFFFFFF) % partitions for k in keys
+    ]
 
 
 def test_zero_partitions_is_an_error() -> None:

@@ -32,6 +32,9 @@ from tidelog.client.aio.producer import (
     BufferMemory,
     DeliveryFuture,
     _Batch,
+    _outside,
+    _Part,
+    _RunOutcomes,
 )
 from tidelog.client.cluster import BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo
 from tidelog.client.errors import BrokerConnectionError
@@ -726,16 +729,16 @@ def test_sync_send_blocks_on_a_full_buffer_and_raises_after_max_block() -> None:
 
 
 def test_delivery_future_behaves_like_a_future() -> None:
-    future = DeliveryFuture()
+    future: concurrent.futures.Future[Any] = DeliveryFuture()
     seen: list[Any] = []
     future.add_done_callback(lambda f: seen.append(f.result()))
     waiter = concurrent.futures.ThreadPoolExecutor(1).submit(future.result, 5)
     time.sleep(0.01)
-    future.set_result(42)  # type: ignore[arg-type]
+    future.set_result(42)
     assert waiter.result(5) == 42
     assert seen == [42]
     with pytest.raises(concurrent.futures.InvalidStateError):
-        future.set_result(1)  # type: ignore[arg-type]
+        future.set_result(1)
     failed = DeliveryFuture()
     done, _ = concurrent.futures.wait([failed, future], timeout=0)
     assert done == {future}
@@ -747,12 +750,349 @@ def test_delivery_future_behaves_like_a_future() -> None:
 
 
 def test_many_threads_wait_on_delivery_futures() -> None:
-    futures = [DeliveryFuture() for _ in range(200)]
+    futures: list[concurrent.futures.Future[Any]] = [DeliveryFuture() for _ in range(200)]
     rng = random.Random(5)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         waits = [pool.submit(f.result, 10) for f in futures]
         order = list(range(200))
         rng.shuffle(order)
         for i in order:
-            futures[i].set_result(i)  # type: ignore[arg-type]
+            futures[i].set_result(i)
         assert [w.result(10) for w in waits] == list(range(200))
+
+
+# -- plain records in runs ---------------------------------------------------------------------
+# The synchronous ``send`` of a record that is only a topic and a ``bytes`` value appends it to
+# a *run* (``AIOProducer.plain_sender``); the loop moves runs into batches by slices, and an
+# acknowledged (or failed) batch settles each part of a run it holds once, not each future.
+# Driven from the loop's own thread; what is checked is what a user sees.
+
+# An operation: ("plain", value length, callback number) | ("keyed", key number) | ("yield",)
+# | ("wait",)
+op_st = st.one_of(
+    st.tuples(st.just("plain"), st.integers(0, 120), st.integers(0, 2)),
+    st.tuples(st.just("keyed"), st.integers(0, 6)),
+    st.tuples(st.just("yield")),
+    st.tuples(st.just("wait")),
+)
+
+
+def _sender(producer: AIOProducer) -> Callable[..., DeliveryFuture]:
+    """The producer's plain sender, for records it must take."""
+    send_plain = producer.plain_sender(asyncio.get_running_loop())
+
+    def send(topic: str, value: bytes, on_delivery: Any = None) -> DeliveryFuture:
+        future = send_plain(topic, value, on_delivery=on_delivery)
+        assert future is not None
+        return future
+
+    return send
+
+
+def _built(future: Any) -> bool:
+    return bool(getattr(future, "_DeliveryFuture__built", False))
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(op_st, min_size=1, max_size=120),
+    batch_size=st.sampled_from([200, 700, 16_384]),
+    linger=st.sampled_from([0, 2]),
+)
+def test_runs_keep_order_and_every_future_its_offset(
+    ops: list[tuple[Any, ...]], batch_size: int, linger: int
+) -> None:
+    """Plain records (in runs, split over batches of any size) mixed with keyed ones (the
+    general path, which ends the current run): each partition's log holds the records in send
+    order, each future gives the offset of its record there, and a future someone waited on
+    (built as a standard Future while pending) gets the same answer; each record's
+    on_delivery (none, or one of two) is called once, with that answer."""
+    broker = FakeBroker()
+    calls: dict[int, list[Any]] = {1: [], 2: []}
+    callbacks: dict[int, Any] = {
+        n: (lambda error, md, n=n: calls[n].append((error, md))) for n in calls
+    }
+
+    async def run() -> tuple[list[tuple[bytes | None, int | None, Any]], int]:
+        producer = make_producer(broker, **{"batch.size": batch_size, "linger.ms": linger})
+        loop = asyncio.get_running_loop()
+        send_plain = _sender(producer)
+        sent: list[tuple[bytes | None, int | None, Any]] = []
+        waited: list[concurrent.futures.Future[Any]] = []
+        for n, op in enumerate(ops):
+            if op[0] == "plain":
+                value = n.to_bytes(2, "big") * (op[1] // 2 + 1)
+                sent.append((value, op[2], send_plain("t", value, callbacks.get(op[2]))))
+            elif op[0] == "keyed":
+                # As the synchronous send hands a general record over: after the run.
+                key, value, headers, size = producer.prepare(
+                    "t", b"k%d" % n, b"key%d" % op[1], None, None
+                )
+                assert key is not None
+                general = DeliveryFuture()
+                item = ("t", key, value, headers, None, None, None, general, size)
+                producer.hand_over(loop, item, size)
+                sent.append((value, -1 - partition_for_key(key, 3), general))
+            elif op[0] == "yield":
+                await asyncio.sleep(0)
+            elif sent and isinstance(sent[-1][2], DeliveryFuture):
+                # Someone waits on it: it becomes a standard Future while (likely) pending.
+                concurrent.futures.wait([sent[-1][2]], timeout=0)
+                waited.append(sent[-1][2])
+        left = await producer.flush()
+        await producer.close()
+        for future in waited:
+            assert _built(future)
+        return sent, left
+
+    sent, left = asyncio.run(run())
+    assert left == 0
+    logs = {p: broker.values(p) for p in range(3)}
+    position = dict.fromkeys(range(3), -1)
+    expected_calls: dict[int, list[Any]] = {1: [], 2: []}
+    for value, how, future in sent:
+        md = future.result(0)
+        assert md.topic == "t"
+        if how is not None and how < 0:  # keyed: the key's partition
+            assert md.partition == -1 - how
+        elif how:
+            expected_calls[how].append((None, md))
+        assert logs[md.partition][md.offset] == value
+        assert md.offset > position[md.partition]  # send order within the partition
+        position[md.partition] = md.offset
+        assert md.timestamp > 0
+    assert sum(len(log) for log in logs.values()) == len(sent)
+    for n in calls:  # each callback's calls in send order within each partition
+        assert sorted(calls[n], key=lambda c: (c[1].partition, c[1].offset)) == sorted(
+            expected_calls[n], key=lambda c: (c[1].partition, c[1].offset)
+        )
+
+
+def test_plain_futures_are_settled_without_being_touched() -> None:
+    """An acknowledged run costs its futures nothing: they stay bare, and answer from their
+    run's parts."""
+    broker = FakeBroker(partitions=1)
+
+    futures: list[Any] = []
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"batch.size": 2_000})
+        send_plain = _sender(producer)
+        futures.extend(send_plain("t", b"%03d" % i) for i in range(300))
+        assert all(not f.done() and f.running() for f in futures)
+        await producer.flush()
+        await producer.close()
+
+    # (Not the coroutine's result: asyncio may show a finished task's result, and the repr
+    # of a DeliveryFuture is the standard Future's.)
+    asyncio.run(run())
+    assert len(broker.logs[0]) > 1  # the run was split over several batches
+    assert [f.result().offset for f in futures] == list(range(300))
+    assert all(f.done() and not f.running() and f.exception() is None for f in futures)
+    assert not any(_built(f) for f in futures)
+    assert broker.values(0) == [b"%03d" % i for i in range(300)]
+
+
+def test_waiting_futures_of_a_run_are_woken_by_their_part() -> None:
+    """Futures of a run that became standard Futures (a thread blocked in result(), a done
+    callback) are settled when the batch holding them is, with their own offsets."""
+    broker = FakeBroker(partitions=1)
+    seen: list[int] = []
+
+    async def run() -> list[Any]:
+        producer = make_producer(broker, **{"batch.size": 1_000, "linger.ms": 5})
+        send_plain = _sender(producer)
+        futures = [send_plain("t", b"v%d" % i) for i in range(100)]
+        futures[3].add_done_callback(lambda f: seen.append(f.result().offset))
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        waits = [pool.submit(futures[i].result, 10) for i in (0, 57, 99)]
+        await producer.flush()
+        await producer.close()
+        answers = [w.result(10) for w in waits]
+        pool.shutdown()
+        return answers
+
+    answers = asyncio.run(run())
+    assert [md.offset for md in answers] == [0, 57, 99]
+    assert seen == [3]
+
+
+def test_a_failed_batch_fails_every_future_of_its_parts() -> None:
+    """A batch refused for good fails the futures of its runs, bare or waiting."""
+    broker = FakeBroker(partitions=1)
+    broker.fault = lambda i: ErrorCode.CORRUPT_MESSAGE
+
+    futures: list[DeliveryFuture] = []
+
+    errors: list[Any] = []
+
+    def on_delivery(error: Any, md: Any) -> None:
+        errors.append((error.code, md))
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"retries": 0, "enable.idempotence": False})
+        send_plain = _sender(producer)
+        futures.extend(
+            send_plain("t", b"x%d" % i, on_delivery if i % 2 else None) for i in range(50)
+        )
+        concurrent.futures.wait([futures[10]], timeout=0)  # built while pending
+        await producer.flush()
+        await producer.close()
+
+    asyncio.run(run())
+    for future in futures:
+        assert future.done()
+        error = future.exception(0)
+        assert isinstance(error, ClientError) and error.code is ErrorCode.CORRUPT_MESSAGE
+    assert _built(futures[10])
+    assert errors == [(ErrorCode.CORRUPT_MESSAGE, None)] * 25
+
+
+def test_plain_records_of_an_unknown_topic_take_the_general_path() -> None:
+    """Without the topic's metadata a run's records go the general way (waiting for it) and
+    fail alone after max.block.ms, each future with the error."""
+    broker = FakeBroker()
+
+    futures: list[DeliveryFuture] = []
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"max.block.ms": 50})
+        send_plain = _sender(producer)
+        futures.extend(send_plain("nowhere", b"x") for _ in range(5))
+        ok = send_plain("t", b"y")
+        await producer.flush(5)
+        assert ok.result(0).offset == 0
+        await producer.close()
+
+    asyncio.run(run())
+    for future in futures:
+        assert isinstance(future.exception(0), ClientError)
+
+
+def test_plain_sender_declines_what_it_cannot_take() -> None:
+    """A value too large for one request, or a topic that is not a non-empty str: None (the
+    caller takes the general path, which reports the problem)."""
+
+    async def run() -> None:
+        producer = make_producer(FakeBroker(), **{"max.request.size": 1_000})
+        send_plain = producer.plain_sender(asyncio.get_running_loop())
+        assert send_plain("t", b"x" * 1_000) is None
+        assert send_plain("", b"x") is None
+        assert send_plain(b"t", b"x") is None  # type: ignore[arg-type]
+        assert producer.buffer.used == 0
+        await producer.close()
+
+    asyncio.run(run())
+
+
+@given(
+    parts=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), max_size=6),
+    tail=st.integers(0, 5),
+)
+def test_outside_lists_the_indices_no_part_holds(parts: list[tuple[int, int]], tail: int) -> None:
+    owner = _RunOutcomes()
+    held: list[_Part] = []
+    at = 0
+    covered: set[int] = set()
+    for gap, size in parts:
+        at += gap
+        held.append(_Part(owner, 0, size, at))
+        covered.update(range(at, at + size))
+        at += size
+    count = at + tail
+    assert _outside(held, count) == [i for i in range(count) if i not in covered]
+
+
+def test_run_outcomes_lookup() -> None:
+    """A record's outcome is its part's, at its index in the batch; records of no part yet,
+    or of a part not settled, are pending."""
+    outcomes = _RunOutcomes()
+    first = outcomes.add(0, 4, 10)
+    outcomes.add(4, 6, 0)
+    assert outcomes.lookup(2)[0] is outcomes.lookup(7)[0]  # both pending
+    marker = object()
+    first.outcome = marker
+    assert outcomes.lookup(2) == (marker, 12)
+    assert outcomes.lookup(5)[0] is not marker
+    assert outcomes.lookup(6)[0] is not marker  # beyond the last part
+
+
+def test_plain_sender_passes_other_records_on_and_refuses_once_closed() -> None:
+    """Anything but a plain record goes to ``general`` with send()'s arguments, in order;
+    after refuse_sends() every send raises ClientClosedError."""
+    passed: list[tuple[Any, ...]] = []
+
+    def general(*args: Any) -> DeliveryFuture:
+        passed.append(args)
+        return DeliveryFuture()
+
+    async def run() -> None:
+        producer = make_producer(FakeBroker())
+        send = producer.plain_sender(asyncio.get_running_loop(), general)
+        send("t", b"v", b"k")
+        send("t", "text")
+        send("t", b"v", partition=1, timestamp=5)
+        send("t", b"v", headers=[("h", b"1")])
+        assert isinstance(send("t", b"v"), DeliveryFuture)  # plain: not passed on
+        producer.refuse_sends()
+        for args in (("t", b"v"), ("t", b"v", b"k")):
+            with pytest.raises(ClientError, match="closed"):
+                send(*args)
+        await producer.close()
+
+    asyncio.run(run())
+    assert passed == [
+        ("t", b"v", b"k", None, None, None, None),
+        ("t", "text", None, None, None, None, None),
+        ("t", b"v", None, None, 1, 5, None),
+        ("t", b"v", None, [("h", b"1")], None, None, None),
+    ]
+
+
+def test_sync_send_is_the_fast_sender_unless_overridden() -> None:
+    """A Producer's send is the core's sender (one call per record), documented as send; a
+    subclass's own send is kept."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    config = {"bootstrap.servers": f"127.0.0.1:{silent.getsockname()[1]}"}
+
+    class Counting(Producer):
+        calls = 0
+
+        def send(self, *args: Any, **kwargs: Any) -> Any:
+            Counting.calls += 1
+            return super().send(*args, **kwargs)
+
+    plain, counting = Producer(config), Counting(config)
+    try:
+        assert plain.send.__name__ == "send" and plain.send.__doc__ == Producer.send.__doc__
+        assert plain.send("t", b"x").running()
+        assert counting.send("t", b"x").running() and Counting.calls == 1
+    finally:
+        plain.close(timeout=0)
+        counting.close(timeout=0)
+        silent.close()
+    with pytest.raises(ClientError, match="closed"):
+        plain.send("t", b"x")
+
+
+def test_every_future_of_runs_waited_on_gets_its_own_answer() -> None:
+    """concurrent.futures.wait() on all the futures of several runs while they are pending
+    (each becomes a standard Future waiting for its part): each is settled once, with its own
+    offset, whether its part holds fewer or more records than are waiting."""
+    broker = FakeBroker(partitions=1)
+    futures: list[DeliveryFuture] = []
+
+    async def run() -> None:
+        producer = make_producer(broker, **{"batch.size": 3_000, "linger.ms": 5})
+        send_plain = _sender(producer)
+        for n in range(4):
+            futures.extend(send_plain("t", b"%04d" % i) for i in range(n * 500, n * 500 + 500))
+            await asyncio.sleep(0)  # a new run each time
+        assert concurrent.futures.wait(futures, timeout=0).done == set()
+        await producer.flush()
+        await producer.close()
+
+    asyncio.run(run())
+    assert len(concurrent.futures.wait(futures, timeout=5).done) == 2000
+    assert [f.result().offset for f in futures] == list(range(2000))
+    assert broker.values(0) == [b"%04d" % i for i in range(2000)]

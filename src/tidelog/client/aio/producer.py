@@ -13,11 +13,19 @@ its batch is acknowledged or failed; the synchronous facade blocks its caller up
 ``max.block.ms`` while the buffer is full (:class:`BufferMemory`), then raises
 :class:`BufferExhaustedError`.
 
-The synchronous facade hands records over to the producer's loop through a queue
-(:meth:`AIOProducer.hand_over`); a record that is only a topic and a ``bytes`` value
-travels as a 4-tuple and goes into its batch with two list appends. Its future is a
+The synchronous facade hands records over to the producer's loop through a queue, under the
+buffer's lock (:meth:`AIOProducer.hand_over`). A *plain* record — only a topic, a ``bytes``
+value and maybe an ``on_delivery`` callback — joins the current *run* of such records
+(:class:`_Run`, :meth:`AIOProducer.plain_sender`): one list append. The loop moves a run
+into batches by slices; each slice is a *part* of the run (:class:`_Part`), and the run's
+:class:`_RunOutcomes` lists its parts. The future of a plain record is a
 :class:`DeliveryFuture`, a ``concurrent.futures.Future`` that is only built when someone
-needs more than its outcome; an acknowledged batch settles its futures in one pass.
+needs more than its outcome; it refers to its run (by way of a :class:`_Chunk`) and its
+place there, and the producer does not keep it: an acknowledged or failed batch settles
+each of its parts once, and a future finds its outcome in its part when asked. So per
+plain record the producer creates one object (the future) and does a few list appends,
+whether or not the caller keeps the future. Other records' futures are settled one by one,
+in one pass per batch.
 
 Partitions
 ----------
@@ -81,6 +89,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
+from itertools import accumulate
 from typing import Any, Protocol, cast
 
 from tidelog.client.cluster import STALE_METADATA_CODES, ClusterClient, TopicInfo
@@ -112,8 +121,13 @@ Serializer = Callable[[Any], bytes | bytearray | memoryview | str | None]
 # counts): what ``buffer.memory`` and the size checks count.
 RECORD_OVERHEAD = 21
 BATCH_HEADER_SIZE = 61
-# Records taken from the synchronous facade's hand-over queue per turn of the event loop.
+# General records taken from the synchronous facade's hand-over queue per turn of the event
+# loop; also how far a run of plain records may get ahead of the loop before the sending thread
+# yields the GIL (then every _YIELD_EVERY + 1 records).
 _INBOX_SLICE = 2048
+_YIELD_EVERY = 255
+# Seconds between looks at the hand-over queue while records keep coming (at most linger.ms).
+_INBOX_POLL = 0.001
 # Kafka's limit of in-flight batches per partition for an idempotent producer.
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 _INT32_MAX = 0x7FFFFFFF
@@ -125,6 +139,29 @@ _ZZ = SMALL_VARINTS
 _ZZ_LIMIT = SMALL_VARINT_LIMIT
 # The header count (0) closing every record without headers.
 _ZERO = b"\x00"
+
+
+# What the synchronous facade does with a record that is not plain (positional arguments of
+# send()).
+GeneralSender = Callable[
+    [str, Any, Any, HeaderList | None, int | None, int | None, DeliveryCallback | None],
+    "DeliveryFuture",
+]
+
+
+class Sender(Protocol):
+    """A synchronous ``send`` (see :meth:`AIOProducer.plain_sender`)."""
+
+    def __call__(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: HeaderList | None = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> DeliveryFuture | None: ...
 
 
 class BufferExhaustedError(ClientError):
@@ -179,6 +216,81 @@ _PENDING: Any = object()  # the outcome of a bare DeliveryFuture not settled yet
 _BUILD_LOCK = threading.RLock()
 
 
+class _Part:
+    """Records ``start`` to ``end - 1`` of a run, placed in one batch from index ``base`` on;
+    ``outcome`` is that batch's (_PENDING, _Delivered or _Failed) once it is settled.
+
+    A part of one record is also the sink of a record of a run that took the general path:
+    settled with its RecordMetadata (or error) like any future."""
+
+    __slots__ = ("base", "end", "outcome", "owner", "start")
+
+    def __init__(self, owner: _RunOutcomes, start: int, end: int, base: int) -> None:
+        self.owner = owner
+        self.start = start
+        self.end = end
+        self.base = base
+        self.outcome: Any = _PENDING
+
+    def done(self) -> bool:
+        return self.outcome is not _PENDING
+
+    def set_result(self, result: RecordMetadata) -> None:
+        DeliveryFuture.settle_parts([self], result)
+
+    def set_exception(self, exception: BaseException) -> None:
+        DeliveryFuture.settle_parts([self], _Failed(exception))
+
+
+class _RunOutcomes:
+    """Where the futures of a run of plain records find their outcomes: the run's parts, by
+    first index, in order. Settling a batch settles its parts, not each future: a future looks
+    its outcome up when asked. ``waiting``: the futures of the run that became standard
+    Futures while pending, settled one by one with their part (under ``_BUILD_LOCK``)."""
+
+    __slots__ = ("parts", "starts", "waiting")
+
+    def __init__(self) -> None:
+        self.parts: list[_Part] = []
+        self.starts: list[int] = []
+        self.waiting: dict[int, DeliveryFuture] = {}  # by index in the run
+
+    def add(self, start: int, end: int, base: int) -> _Part:
+        part = _Part(self, start, end, base)
+        # `parts` first: a reader on another thread finds a part for every start it sees.
+        self.parts.append(part)
+        self.starts.append(start)
+        return part
+
+    def lookup(self, index: int) -> tuple[Any, int]:
+        """The outcome of record ``index`` of the run and its index in its batch."""
+        k = bisect.bisect_right(self.starts, index) - 1
+        if k < 0:
+            return _PENDING, 0
+        part = self.parts[k]
+        if index >= part.end or part.outcome is _PENDING:
+            return _PENDING, 0
+        return part.outcome, part.base + index - part.start
+
+
+class _Chunk:
+    """What a future of a run refers to: its chunk of :data:`_CHUNK` records of the run, the
+    future keeping only its place in the chunk. Python keeps the ints below 257 cached, so
+    the future owns no object but itself (fewer allocations, and less for the garbage
+    collector to visit while the futures live)."""
+
+    __slots__ = ("base", "outcomes")
+
+    def __init__(self, outcomes: _RunOutcomes, base: int) -> None:
+        self.outcomes = outcomes
+        self.base = base
+
+
+# Records per _Chunk (a power of two, at most 256).
+_CHUNK = 256
+_CHUNK_MASK = _CHUNK - 1
+
+
 class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
     """The ``concurrent.futures.Future`` the synchronous ``send`` returns, built on demand.
 
@@ -199,6 +311,11 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
       state) reaches an attribute the bare object does not have yet: ``__getattr__`` builds
       the Future then, and every later use is the standard one.
 
+    The future of a plain record (see :meth:`AIOProducer.plain_sender`) is not even written
+    to when its batch is settled, nor kept by the producer: its outcome is its run's
+    :class:`_RunOutcomes` (by way of its :class:`_Chunk`) and its place in the run, looked up
+    when asked; settling a batch costs the same for any number of such records.
+
     No private name of ``concurrent.futures`` is read or written here; what this relies on
     is that a Future's state is made by its ``__init__`` (so a bare object has none).
 
@@ -207,19 +324,26 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
     delivered (or fails) regardless.
     """
 
-    # The outcome: _PENDING, the result, a _Failed, or the batch's _Delivered (with the
-    # record's index in the batch).
+    # The outcome: _PENDING, the result, a _Failed, the batch's _Delivered (with the record's
+    # index in the batch) or a _Chunk of a run (with the record's index in the chunk).
     __outcome: Any = _PENDING
     __index = 0
     __built = False
     __building = False
 
-    def __init__(self) -> None:
+    def __init__(self, outcome: Any = _PENDING, index: int = 0) -> None:
         """Bare: ``Future.__init__`` runs when the standard Future is needed (see above)."""
         # Both set here, in this order, so that every instance keeps the class's shared
         # attribute layout: set first elsewhere, they would give each object a dict.
-        self.__outcome = _PENDING
-        self.__index = 0
+        self.__outcome = outcome
+        self.__index = index
+
+    def __current(self) -> tuple[Any, int]:
+        """The outcome as it stands (never a _Chunk) and the index that goes with it."""
+        outcome = self.__outcome
+        if type(outcome) is _Chunk:
+            return outcome.outcomes.lookup(outcome.base + self.__index)
+        return outcome, self.__index
 
     def __build(self) -> None:
         with _BUILD_LOCK:
@@ -228,13 +352,18 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
             self.__building = True
             super().__init__()
             super().set_running_or_notify_cancel()
-            outcome = self.__outcome
+            outcome, index = self.__current()
             if type(outcome) is _Delivered:
-                outcome = outcome.metadata(self.__index)
+                outcome = outcome.metadata(index)
             if type(outcome) is _Failed:
                 super().set_exception(outcome.error)
             elif outcome is not _PENDING:
                 super().set_result(outcome)
+            elif type(self.__outcome) is _Chunk:
+                # Settled with its part. (Its place is taken now: a result() on another
+                # thread may replace the chunk by the RecordMetadata once it is settled.)
+                chunk = self.__outcome
+                chunk.outcomes.waiting[chunk.base + self.__index] = self
             self.__built = True
 
     def __getattr__(self, name: str) -> Any:
@@ -247,12 +376,12 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
 
     def done(self) -> bool:
         if not self.__built:
-            return self.__outcome is not _PENDING
+            return self.__current()[0] is not _PENDING
         return super().done()
 
     def running(self) -> bool:
         if not self.__built:
-            return self.__outcome is _PENDING
+            return self.__current()[0] is _PENDING
         return super().running()
 
     def cancelled(self) -> bool:
@@ -267,10 +396,10 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         if not self.__built:
-            outcome = self.__outcome
+            outcome, index = self.__current()
             if type(outcome) is _Delivered:
-                # Made once; the outcome is read before the index, which is written first.
-                outcome = self.__outcome = outcome.metadata(self.__index)
+                # Made once, and kept (a settled outcome never changes).
+                outcome = self.__outcome = outcome.metadata(index)
             if type(outcome) is _Failed:
                 if outcome.error is not None:
                     raise outcome.error
@@ -281,7 +410,7 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.__built:
-            outcome = self.__outcome
+            outcome = self.__current()[0]
             if type(outcome) is _Failed:
                 return outcome.error
             if outcome is not _PENDING:
@@ -298,7 +427,7 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
     def __settle(self, outcome: Any) -> None:
         with _BUILD_LOCK:
             built = self.__built
-            if not built and self.__outcome is _PENDING:
+            if not built and self.__current()[0] is _PENDING:
                 self.__outcome = outcome
                 return
         if not built:
@@ -309,23 +438,87 @@ class DeliveryFuture(concurrent.futures.Future[RecordMetadata]):
             super().set_result(outcome)
 
     @staticmethod
-    def settle_batch(sinks: list[_Sink], delivered: _Delivered) -> None:
-        """Settle every sink of an acknowledged batch: the bare DeliveryFutures in one pass
-        under one lock (two attribute writes each), the others (built ones, asyncio futures)
-        one by one with their RecordMetadata."""
+    def settle_parts(parts: list[_Part], outcome: _Delivered | _Failed | RecordMetadata) -> None:
+        """Settle the parts of runs a batch holds with the batch's ``outcome`` (or one
+        record's part with its RecordMetadata); then the futures of theirs that were built
+        meanwhile, one by one."""
+        built: list[tuple[DeliveryFuture, int]] = []
+        with _BUILD_LOCK:
+            for part in parts:
+                if part.outcome is not _PENDING:
+                    continue
+                part.outcome = outcome
+                waiting = part.owner.waiting
+                if waiting:
+                    # Whichever is shorter: the waiting futures or the part's records.
+                    start, end = part.start, part.end
+                    if len(waiting) <= end - start:
+                        mine = [(i, f) for i, f in waiting.items() if start <= i < end]
+                        for i, _ in mine:
+                            del waiting[i]
+                    else:
+                        pop = waiting.pop
+                        mine = [
+                            (i, f) for i in range(start, end) if (f := pop(i, None)) is not None
+                        ]
+                    built += [(f, part.base + i - start) for i, f in mine]
+        for future, index in built:
+            if future.done():  # settled by other means first
+                continue
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                if isinstance(outcome, _Failed):
+                    concurrent.futures.Future.set_exception(future, outcome.error)
+                elif isinstance(outcome, _Delivered):
+                    concurrent.futures.Future.set_result(future, outcome.metadata(index))
+                else:
+                    concurrent.futures.Future.set_result(future, outcome)
+
+    @staticmethod
+    def settle_batch(
+        sinks: list[_Sink | None], delivered: _Delivered, parts: list[_Part] | None = None
+    ) -> None:
+        """Settle every sink of an acknowledged batch: its ``parts`` of runs once each; the
+        bare DeliveryFutures outside them in one pass under one lock (two attribute writes
+        each), the others (built ones, asyncio futures) one by one with their
+        RecordMetadata."""
+        if parts:
+            DeliveryFuture.settle_parts(parts, delivered)
+            indices: Iterable[int] = _outside(parts, len(sinks))
+        else:
+            indices = range(len(sinks))
         rest = []
         with _BUILD_LOCK:
-            for index, sink in enumerate(sinks):
-                if type(sink) is DeliveryFuture and not sink.__built and sink.__outcome is _PENDING:
-                    sink.__index = index  # before the outcome: see result()
+            for index in indices:
+                sink = sinks[index]
+                if (
+                    type(sink) is DeliveryFuture
+                    and not sink.__built
+                    and sink.__current()[0] is _PENDING
+                ):
+                    if type(sink.__outcome) is _Chunk:
+                        # Pending without an index first: the run's index must not be
+                        # read with the batch's (see __current()).
+                        sink.__outcome = _PENDING
+                    sink.__index = index  # before the outcome: see __current()
                     sink.__outcome = delivered
                 else:
                     rest.append(index)
         for index in rest:
             sink = sinks[index]
-            if not sink.done():
+            if sink is not None and not sink.done():
                 with contextlib.suppress(Exception):  # an asyncio future its caller cancelled
                     sink.set_result(delivered.metadata(index))
+
+
+def _outside(parts: list[_Part], count: int) -> list[int]:
+    """The indices of a batch of ``count`` records that none of its ``parts`` holds."""
+    indices: list[int] = []
+    at = 0
+    for part in sorted(parts, key=lambda p: p.base):
+        indices += range(at, part.base)
+        at = part.base + part.end - part.start
+    indices += range(at, count)
+    return indices
 
 
 class BufferMemory:
@@ -443,6 +636,7 @@ class _Batch:
         "headers",
         "keys",
         "not_before",
+        "parts",
         "payload",
         "producer_id",
         "reserved",
@@ -463,8 +657,11 @@ class _Batch:
         self.headers: list[bytes] | None = None
         self.ts_starts: list[int] = []
         self.ts_values: list[int] = []
-        self.sinks: list[_Sink] = []
+        # One per record; None for the records of parts of runs (settled per part).
+        self.sinks: list[_Sink | None] = []
         self.callbacks: list[DeliveryCallback | None] | None = None
+        # The parts of runs of plain records it holds: their futures are settled per part.
+        self.parts: list[_Part] | None = None
         self.conn: Any = None  # the connection it was last sent on
         # The buffer.memory its records hold: also the upper bound of their encoded size.
         self.reserved = 0
@@ -520,6 +717,39 @@ class _Batch:
         if not self.ts_values or self.ts_values[-1] != timestamp:
             self.ts_starts.append(len(self.sinks))
             self.ts_values.append(timestamp)
+
+    def add_part(
+        self,
+        outcomes: _RunOutcomes,
+        values: list[bytes],
+        start: int,
+        end: int,
+        timestamp: int,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Add records ``start`` to ``end - 1`` of a run (keyless, headerless, all with
+        ``callback``) as one part; the caller accounts ``reserved``."""
+        count = len(self.sinks)
+        n = end - start
+        part = outcomes.add(start, end, count)
+        if self.parts is None:
+            self.parts = [part]
+        else:
+            self.parts.append(part)
+        self.stamp_from_here(timestamp)
+        if count == 0 and n == len(values):
+            self.values = values  # type: ignore[assignment]
+        else:
+            self.values += values[start:end]
+        self.sinks += [None] * n
+        if self.keys is not None:
+            self.keys += [None] * n
+        if self.headers is not None:
+            self.headers += [b"\x00"] * n
+        if callback is not None and self.callbacks is None:
+            self.callbacks = [None] * count
+        if self.callbacks is not None:
+            self.callbacks += [callback] * n
 
     def seal(self, compression: Compression, level: int | None) -> None:
         """Fix the records: encode (and compress) them once; the columns are not needed
@@ -673,6 +903,22 @@ def _encode_general(
     return parts
 
 
+class _Run:
+    """Plain records of one topic handed over by the synchronous facade, in order: their
+    values, and where their futures find their outcomes. Filled under the buffer's lock until
+    the loop takes it."""
+
+    __slots__ = ("callback", "chunk", "outcomes", "topic", "values")
+
+    def __init__(self, topic: str, callback: DeliveryCallback | None) -> None:
+        self.topic = topic
+        self.callback = callback  # every record's on_delivery
+        self.values: list[bytes] = []
+        # The futures are not kept: each knows its chunk and its place in it.
+        self.outcomes = _RunOutcomes()
+        self.chunk = _Chunk(self.outcomes, 0)
+
+
 class _PartitionState:
     """Accumulator and sequence bookkeeping of one partition."""
 
@@ -768,8 +1014,12 @@ class AIOProducer:
         self._wakeup: asyncio.Event | None = None
         self._progress: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
-        self._inbox: deque[tuple[Any, ...]] = deque()
+        # Handed over by other threads (under the buffer's lock): general records' enqueue()
+        # arguments and runs of plain records; `_run` is the run plain records still join.
+        self._inbox: deque[tuple[Any, ...] | _Run] = deque()
+        self._run: _Run | None = None
         self._inbox_scheduled = False
+        self._refusing = False  # see refuse_sends()
         self._flushing = 0
         self._closing = False
         self._closed = False
@@ -915,90 +1165,199 @@ class AIOProducer:
         return self._plain_limit
 
     def hand_over(self, loop: asyncio.AbstractEventLoop, item: tuple[Any, ...], size: int) -> None:
-        """Hand a prepared record over from another thread (the synchronous ``send``'s one
-        call per record): reserve its ``size`` bytes of ``buffer.memory``, waiting up to
-        ``max.block.ms``, then queue ``item`` for the loop. ``item`` is the arguments of
-        :meth:`enqueue` or, for a record that has only a topic and a ``bytes`` value whose
-        size is at most :attr:`plain_limit`, the *plain* ``(topic, value, sink, size)``.
-
-        Records handed over from one thread are enqueued in order; one loop callback takes
-        every record handed over since the previous one.
-        """
+        """Hand a prepared record over from another thread: reserve its ``size`` bytes of
+        ``buffer.memory``, waiting up to ``max.block.ms``, then queue ``item`` (the arguments
+        of :meth:`enqueue`) for the loop. Records handed over from one thread (by this and by
+        :meth:`plain_sender`'s function) are enqueued in order."""
         buffer = self.buffer
         lock = buffer._lock
-        lock.acquire()
-        try:
+        with lock:
             used = buffer.used
             reserved = used + size <= buffer.total or used == 0
             if reserved:
                 buffer.used = used + size
-        finally:
-            lock.release()
         if not reserved:
             buffer.reserve(size, self._max_block)  # waits, or raises BufferExhaustedError
-        inbox = self._inbox
-        inbox.append(item)
-        if not self._inbox_scheduled:
+        with lock:
+            self._run = None  # plain records sent after this one follow it
+            self._inbox.append(item)
+            schedule = not self._inbox_scheduled
             self._inbox_scheduled = True
+        if schedule:
             loop.call_soon_threadsafe(self._take_inbox)
-        elif len(inbox) > _INBOX_SLICE:
-            # The loop is behind: let it have the GIL now rather than at the end of the
-            # interpreter's switch interval, or its I/O (and every acknowledgement) stalls
-            # while this thread fills the buffer.
-            time.sleep(0)
+
+    def plain_sender(
+        self, loop: asyncio.AbstractEventLoop, general: GeneralSender | None = None
+    ) -> Sender:
+        """The synchronous ``send`` (the arguments of :meth:`send`), for another thread than
+        the loop's. A *plain* record — only a topic, a ``bytes`` value and maybe an
+        ``on_delivery`` callback — is taken here; any other record (or a plain one when a
+        serializer or ``partitioner.class`` is set, or its value is too large for one request)
+        is passed on to ``general``, whose answer is returned (without one: None).
+
+        A plain record is appended to the current *run* (:class:`_Run`) of its topic: the
+        column the loop later moves into batches by slices. Per record that is one lock, one
+        list append and no other object than the future (which the producer does not keep);
+        a new run starts only when the loop took the previous one, a general record came
+        between, or the topic or the callback changed. It blocks up to ``max.block.ms``
+        while ``buffer.memory`` is full, then raises :class:`BufferExhaustedError`; after
+        :meth:`refuse_sends` it raises ClientClosedError."""
+        buffer = self.buffer
+        lock = buffer._lock
+        total = buffer.total
+        limit = self._plain_limit
+        inbox = self._inbox
+        call_soon = loop.call_soon_threadsafe
+        take = self._take_inbox
+        sleep = time.sleep
+        new_future = DeliveryFuture
+
+        def send(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            headers: HeaderList | None = None,
+            partition: int | None = None,
+            timestamp: int | None = None,
+            on_delivery: DeliveryCallback | None = None,
+        ) -> DeliveryFuture | None:
+            if (
+                type(value) is not bytes
+                or key is not None
+                or headers is not None
+                or partition is not None
+                or timestamp is not None
+                or (size := len(value) + RECORD_OVERHEAD) > limit
+                or type(topic) is not str
+                or not topic
+                or self._refusing
+            ):
+                if self._refusing:
+                    raise ClientClosedError("the producer is closed")
+                if general is None:
+                    return None
+                return general(topic, value, key, headers, partition, timestamp, on_delivery)
+            lock.acquire()
+            used = buffer.used
+            if not (used + size <= total or used == 0):
+                lock.release()
+                buffer.reserve(size, self._max_block)  # waits, or raises BufferExhaustedError
+                lock.acquire()
+                used = buffer.used - size
+            buffer.used = used + size
+            run = self._run
+            if run is None or run.topic != topic or run.callback is not on_delivery:
+                run = self._run = _Run(topic, on_delivery)
+                inbox.append(run)
+            behind = len(run.values)
+            place = behind & _CHUNK_MASK
+            if place:
+                future = new_future(run.chunk, place)
+            else:
+                chunk = run.chunk = _Chunk(run.outcomes, behind)
+                future = new_future(chunk, 0)
+            run.values.append(value)
+            if self._inbox_scheduled:
+                lock.release()
+                if behind >= _INBOX_SLICE and not behind & _YIELD_EVERY:
+                    # The loop is behind: let it have the GIL now rather than at the end of
+                    # the interpreter's switch interval, or its I/O (and every
+                    # acknowledgement) stalls while this thread fills the buffer.
+                    sleep(0)
+            else:
+                self._inbox_scheduled = True
+                lock.release()
+                call_soon(take)
+            return future
+
+        return send
+
+    def refuse_sends(self) -> None:
+        """From now on the functions :meth:`plain_sender` made raise ClientClosedError (called
+        by the synchronous facade's ``close()``, from its caller's thread)."""
+        self._refusing = True
 
     def _take_inbox(self) -> None:
-        """Enqueue the records handed over so far, but no more than were there on entry: a
-        thread that keeps sending must not keep the loop from sending what it has.
-
-        A run of plain records of one topic goes straight into the open batch of the topic's
-        sticky partition: three appends a record while the batch has room. They all get the
-        time of this turn as their timestamp (the time the loop batches them, as for every
-        record without one)."""
-        self._inbox_scheduled = False
+        """Enqueue what was handed over so far, but no more than :data:`_INBOX_SLICE` general
+        records: a thread that keeps sending must not keep the loop from sending what it has.
+        Runs of plain records are taken whole (their cost is per batch)."""
         inbox = self._inbox
+        with self.buffer._lock:
+            self._run = None  # frozen from now on: new plain records start a new run
+            count = len(inbox)
+        took = count > 0
         if self._sender is None and not (self._closed or self._closing):
             self._start(asyncio.get_running_loop())
         now = int(time.time() * 1000)
-        room = self._batch_size - BATCH_HEADER_SIZE
-        current: str | None = None  # the topic of the plain records going into `batch`
-        batch: _Batch | None = None
-        plain = False
-        append_value = append_sink = None
-        for _ in range(min(len(inbox), _INBOX_SLICE)):
+        general = 0
+        while count and general < _INBOX_SLICE:
+            count -= 1
             item = inbox.popleft()
-            if len(item) != 4:
-                current = None  # the record may close batches and move the sticky partition
-                self._enqueue_item(item)
-                continue
-            topic, value, sink, size = item
-            if topic != current or batch is None or batch.reserved + size > room:
-                try:
-                    batch = self._plain_batch(topic, size)
-                except Exception as exc:  # a bug must not leave the record's future hanging
-                    current = batch = None
-                    self.buffer.release(size)
-                    self._resolve(sink, None, ClientError(f"cannot queue the record: {exc!r}"))
-                    continue
-                if batch is None:  # closing, or no metadata yet: the general path
-                    current = None
-                    self._enqueue_item((topic, None, value, (), None, now, None, sink, size))
-                    continue
-                current = topic
-                plain = batch.keys is None and batch.headers is None and batch.callbacks is None
-                batch.stamp_from_here(now)
-                append_value = batch.values.append
-                append_sink = batch.sinks.append
-            batch.reserved += size
-            if plain:
-                append_value(value)  # type: ignore[misc]
-                append_sink(sink)  # type: ignore[misc]
+            if isinstance(item, _Run):
+                self._place_run(item, now)
             else:
-                batch.add(None, value, now, sink, None)
-        if inbox and not self._inbox_scheduled and self._loop is not None:
-            # The rest after the loop's other work (responses, the sender) had its turn.
-            self._inbox_scheduled = True
-            self._loop.call_soon(self._take_inbox)
+                general += 1
+                self._enqueue_item(item)
+        with self.buffer._lock:
+            again = bool(inbox)
+            # While records keep coming (and may linger anyway), look again in a moment
+            # rather than have the sending thread wake the loop for each run: a wake-up is a
+            # write to the loop's self-pipe and a switch of threads.
+            poll = took and not again and self._linger > 0 and not self._closed
+            self._inbox_scheduled = again or poll
+        if self._loop is not None:
+            if again:
+                # The rest after the loop's other work (responses, the sender) had its turn.
+                self._loop.call_soon(self._take_inbox)
+            elif poll:
+                self._loop.call_later(min(self._linger, _INBOX_POLL), self._take_inbox)
+
+    def _place_run(self, run: _Run, now: int) -> None:
+        """Move a run of plain records into the open batches of the topic's sticky partition,
+        a slice per batch, each slice a part of the run (:class:`_Part`). They all get
+        ``now``, the time of this turn, as their timestamp (the time the loop batches them,
+        as for every record without one)."""
+        topic, values, outcomes = run.topic, run.values, run.outcomes
+        count = len(values)
+        start = 0
+        # Reserved sizes, cumulative from the run's start: computed only when the run does
+        # not fit in one batch.
+        ends: list[int] | None = None
+        left = sum(map(len, values)) + RECORD_OVERHEAD * count
+        room = self._batch_size - BATCH_HEADER_SIZE
+        while start < count:
+            first = len(values[start]) + RECORD_OVERHEAD
+            try:
+                batch = self._plain_batch(topic, first)
+            except Exception as exc:  # a bug must not leave the records' futures hanging
+                log.exception("cannot queue records of %r", topic)
+                self.buffer.release(left)
+                failure = ClientError(f"cannot queue the record: {exc!r}")
+                DeliveryFuture.settle_parts([outcomes.add(start, count, 0)], _Failed(failure))
+                for _ in range(start, count):
+                    self._callback(run.callback, failure, None)
+                return
+            if batch is None:  # closing, or no metadata yet: the general path, one by one
+                for index in range(start, count):
+                    value = values[index]
+                    sink = outcomes.add(index, index + 1, 0)
+                    item = (topic, None, value, (), None, now, run.callback, sink)
+                    self._enqueue_item((*item, len(value) + RECORD_OVERHEAD))
+                return
+            space = room - batch.reserved
+            if left <= space:
+                end, taken = count, left
+            else:
+                if ends is None:
+                    sizes = map(len, values)
+                    ends = list(accumulate(map(RECORD_OVERHEAD.__add__, sizes)))
+                base = ends[start - 1] if start else 0
+                end = max(bisect.bisect_right(ends, base + space, start), start + 1)
+                taken = ends[end - 1] - base
+            batch.add_part(outcomes, values, start, end, now, run.callback)
+            batch.reserved += taken
+            left -= taken
+            start = end
 
     def _enqueue_item(self, item: tuple[Any, ...]) -> None:
         try:
@@ -1585,13 +1944,10 @@ class AIOProducer:
         self.buffer.release(batch.reserved)
         batch.reserved = 0
         delivered = _Delivered(batch, base_offset, append_time)
-        DeliveryFuture.settle_batch(batch.sinks, delivered)
+        DeliveryFuture.settle_batch(batch.sinks, delivered, batch.parts)
         self._settled(batch)
-        callbacks = batch.callbacks
-        if callbacks is not None:
-            for index, callback in enumerate(callbacks):
-                if callback is not None:
-                    self._callback(callback, None, delivered.metadata(index))
+        if batch.callbacks is not None:
+            _call_back_delivered(batch.callbacks, delivered)
 
     def _on_error(self, batch: _Batch, error: ClientError) -> None:
         """A sent batch was refused or got no answer: retry it, or fail it."""
@@ -1645,8 +2001,10 @@ class AIOProducer:
     def _fail(self, batch: _Batch, error: ClientError) -> None:
         self.buffer.release(batch.reserved)
         batch.reserved = 0
+        if batch.parts:
+            DeliveryFuture.settle_parts(batch.parts, _Failed(error))  # done() from now on
         for sink in batch.sinks:
-            if not sink.done():
+            if sink is not None and not sink.done():
                 with contextlib.suppress(Exception):  # a caller cancelled its future
                     sink.set_exception(error)
         self._settled(batch)
@@ -1750,6 +2108,29 @@ class AIOProducer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.cluster.close()
+
+
+def _call_back_delivered(callbacks: list[DeliveryCallback | None], delivered: _Delivered) -> None:
+    """Call each record's ``on_delivery`` with its RecordMetadata, in batch order: a run of
+    records with one timestamp at a time, the metadata made inline (this runs for every record
+    of a batch that has callbacks)."""
+    topic, partition = delivered.topic, delivered.partition
+    base = delivered.base_offset
+    new = tuple.__new__
+    starts = delivered.ts_starts
+    runs = zip(starts, [*starts[1:], len(callbacks)], delivered.ts_values, strict=True)
+    for start, end, timestamp in runs:
+        if delivered.append_time >= 0:
+            timestamp = delivered.append_time
+        for index in range(start, end):
+            callback = callbacks[index]
+            if callback is None:
+                continue
+            offset = base + index if base >= 0 else -1
+            try:
+                callback(None, new(RecordMetadata, (topic, partition, offset, timestamp)))
+            except Exception:
+                log.exception("on_delivery callback raised")
 
 
 def _earliest(current: float | None, candidate: float) -> float:
