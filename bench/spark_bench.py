@@ -8,6 +8,9 @@ on ``local[2]``:
 - ``format("tidelog")`` read -> Parquet write
 - ``spark.range(N)`` -> ``count()`` (Spark's cheapest source)
 - a Parquet read of the same rows -> ``count()`` (forcing every column to be read)
+- a Python data source of the same schema, rows and partitions that yields Arrow batches
+  built before the run -> ``count()``: what any ``pyspark.sql.datasource`` source can
+  reach here (Python worker round trips, Arrow transfer to the JVM, rows in the JVM)
 
 Each figure is the best of ``--repeat`` runs after one warm-up run. Prints a table and a final
 JSON line. Usage: ``.venv/bin/python bench/spark_bench.py [--records N] [--repeat 3]
@@ -76,6 +79,63 @@ def produce(bootstrap: str, topic: str, n: int) -> float:
     if producer.flush(60):
         raise RuntimeError("records were not acknowledged")
     return time.perf_counter() - started
+
+
+def python_floor_source(n: int, partitions: int, batch_rows: int = 65_536) -> type:
+    """A Python data source (format ``arrow_floor``) of ``n`` rows of the tidelog schema in
+    ``partitions`` partitions, yielding one Arrow batch built once per task, repeated."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from tidelog.spark import source_schema
+
+    class Rows(InputPartition):
+        def __init__(self, index: int, rows: int) -> None:
+            self.index, self.rows = index, rows
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            per, extra = divmod(n, partitions)
+            return [Rows(i, per + (i < extra)) for i in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Any:
+            import numpy as np
+            import pyarrow as pa
+
+            from tidelog.spark.arrow_decode import TIMESTAMP_TYPE, arrow_schema
+
+            assert isinstance(partition, Rows)
+            k = min(batch_rows, partition.rows)
+            value = pa.array([b"v" * 100]).take(pa.array(np.zeros(k, np.int64)))
+            stamps = np.full(k, 1_700_000_000_000_000, np.int64)
+            full = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(k, pa.binary()),
+                    value,
+                    pa.repeat(pa.scalar("bench"), k),
+                    pa.repeat(pa.scalar(partition.index, pa.int32()), k),
+                    pa.array(np.arange(k, dtype=np.int64)),
+                    pa.array(stamps).cast(TIMESTAMP_TYPE),
+                    pa.repeat(pa.scalar(0, pa.int32()), k),
+                ],
+                schema=arrow_schema(False),
+            )
+            left = partition.rows
+            while left > 0:
+                yield full.slice(0, min(k, left))
+                left -= k
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrow_floor"
+
+        def schema(self) -> str:
+            return source_schema(False)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return Reader()
+
+    return Floor
 
 
 def best(runs: int, action: Callable[[], Any]) -> tuple[float, Any]:
@@ -151,6 +211,13 @@ def main() -> None:
         if read_back != n:
             raise RuntimeError(f"Parquet holds {read_back} rows, expected {n}")
         figures["parquet_read_count"] = n / parquet_read_s
+
+        spark.dataSource.register(python_floor_source(n, 3))
+        floor = spark.read.format("arrow_floor").load()
+        floor_s, floor_rows = best(args.repeat, floor.count)
+        if floor_rows != n:
+            raise RuntimeError(f"the floor source gave {floor_rows} rows, expected {n}")
+        figures["python_source_floor_count"] = n / floor_s
         spark.stop()
     finally:
         broker.terminate()

@@ -178,3 +178,29 @@ def test_long_batches_of_similar_records_match_reference(batches, start) -> None
     data = build_chunk(shaped)
     decoded = decode_chunk(data, "t", 0, start, None)
     assert actual(decoded.batch, headers=False) == [r[:5] for r in reference(data, start, None)]
+
+
+def test_varints_longer_than_four_bytes_decode_as_the_reference() -> None:
+    """Timestamp deltas of 5 to 10 bytes (days apart, either way) and a 1 MiB value, whose
+    length varint takes 4 bytes, beside records of one-byte fields."""
+    far = [10**9, -(10**9), 2**40, -(2**45), 3, 2**27, -(2**27)]
+    recs: list[tuple[bytes | None, bytes, list[tuple[str, bytes]], int, int]] = [
+        (b"k", b"v" * (i % 3), [], ts, 1) for i, ts in enumerate(far)
+    ]
+    recs.append((None, b"x" * (1 << 20), [], 2**33, 1))
+    data = build_chunk([(0, False, list(recs)), (0, True, list(recs[:2]))])
+    decoded = decode_chunk(data, "t", 0, 0, None)
+    assert actual(decoded.batch, headers=False) == [r[:5] for r in reference(data, 0, None)]
+
+
+@pytest.mark.parametrize("count", [40, 5000])
+def test_guess_that_fails_late_falls_back_to_the_walk(count: int) -> None:
+    """Records of one size except the last: the whole-batch guess places all but that one
+    and its check fails; the records are placed again one by one, and decoded correctly."""
+    recs: list[tuple[bytes, bytes, list[tuple[str, bytes]], int, int]] = [
+        (b"key", b"v" * 20, [], i, 1) for i in range(count)
+    ]
+    recs[-1] = (b"key", b"v" * 90, [], count, 1)
+    data = build_chunk([(0, False, list(recs)), (0, False, list(recs))])
+    decoded = decode_chunk(data, "t", 0, 0, None)
+    assert actual(decoded.batch, headers=False) == [r[:5] for r in reference(data, 0, None)]

@@ -274,3 +274,47 @@ def test_data_loss_after_delete_records(
     with pytest.raises(Exception, match="failOnDataLoss"):
         read(spark, below).count()
     assert read(spark, {**below, "failOnDataLoss": "false"}).count() == 50
+
+
+def test_read_range_fetches_grow_and_yield_every_offset_once(
+    broker: Any, make_topic: Any, topic: str
+) -> None:
+    """Outside Spark: the first fetch is small and later ones double up to fetchMaxBytes;
+    a range that starts and ends inside batches yields exactly its offsets, in order."""
+    from tidelog.spark.options import parse_source_options
+    from tidelog.spark.source import FIRST_FETCH_BYTES, read_range
+
+    make_topic(topic, 1)
+    n = 30_000
+    produce(broker.bootstrap, topic, [(0, None, b"%099d" % i, T0 + i, []) for i in range(n)])
+    opts = parse_source_options(
+        options(broker.bootstrap, subscribe=topic, fetchMaxBytes=4 * FIRST_FETCH_BYTES),
+        streaming=False,
+    )
+    batches = list(read_range(opts, topic, 0, 7, n - 5))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(7, n - 5))
+    values = [v for b in batches for v in b.column("value").to_pylist()]
+    assert values == [b"%099d" % i for i in range(7, n - 5)]
+    sizes = [b.num_rows for b in batches]
+    assert sizes[0] < max(sizes)  # ~1 MiB first, then 2 and 4 MiB
+
+
+def test_readers_freeze_the_worker_heap_once() -> None:
+    """In a fresh interpreter (the freeze is process-wide): the first call freezes what is
+    alive, later calls leave objects created since to the collector."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from tidelog.spark.source import freeze_worker_heap\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "freeze_worker_heap()\n"
+        "frozen = gc.get_freeze_count()\n"
+        "assert frozen > 10_000, frozen\n"
+        "later = [[i] for i in range(1000)]\n"
+        "freeze_worker_heap()\n"
+        "assert gc.get_freeze_count() == frozen\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

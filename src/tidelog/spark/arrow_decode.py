@@ -10,18 +10,22 @@ can be avoided):
 1. The batches are walked by their headers (length, magic, CRC checked by
    :func:`tidelog.records.iter_batches`); a last batch cut short by the fetch size is left for
    the next fetch; control batches (transaction markers) only move the position.
-2. The records blocks of the kept batches (decompressed when needed) are joined into one
-   buffer ``buf`` (with zero padding, so lane-wise reads a few bytes past a record stay in
-   bounds). The records' positions form a chain through their lengths, the one sequential
-   dependency in the format: they are first guessed for whole batches (each record the size
-   of the batch's first, up to the widths of its offset delta and length varints) and the
-   guess checked for all records at once; what no guess places is walked record by record
-   in Python. The chain is checked again lane-wise: every record ends where the next
-   begins, and the last at the end of the buffer.
-3. Every other field is read for all records at once with numpy: varints are decoded
-   lane-wise (only the lanes still open read another byte), keys and values are gathered
-   from ``buf`` by one Arrow ``take`` into contiguous binary columns. Per-batch values
-   (base offset, base timestamp, timestamp type) are repeated per record.
+2. The records are read from one buffer ``buf`` with zero padding after them (so lane-wise
+   reads a few bytes past a record stay in bounds): when every kept batch is uncompressed,
+   the fetched bytes themselves, each batch's records block where it lies; otherwise the
+   records blocks (decompressed when needed) joined. The records' positions form a chain
+   through their lengths, the one sequential dependency in the format: they are guessed for
+   whole batches at once (each record the size of the batch's first, up to the widths of
+   its offset delta and length varints) and the guess checked for all records at once;
+   batches the first guess misses are placed by a few smaller guesses, and what no guess
+   places is walked record by record in Python. The chain is checked lane-wise in the end:
+   every record ends where the next of its batch begins, and the last at the end of its
+   block.
+3. Every other field is read for all records at once with numpy: varints are decoded from
+   the 4 bytes at each lane's position, read as one little-endian word (the rare longer
+   ones byte by byte); keys and values are gathered from ``buf`` by one Arrow ``take`` into
+   contiguous binary columns. Per-batch values (base offset, base timestamp, timestamp
+   type) are repeated per record.
 
 Invariants checked (anything else raises :class:`~tidelog.records.CorruptBatchError`):
 the record lengths of a batch add up to its block and the count matches ``record_count``;
@@ -35,6 +39,7 @@ bytes are skipped unparsed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +57,7 @@ from tidelog.records import (
     iter_batches,
     records_block,
 )
+from tidelog.records.batch import HEADER_SIZE
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -205,6 +211,43 @@ def _template(buf: bytes, s: _Stretch) -> tuple[int, int] | None:
     return zz >> 1, delta_zz >> 1
 
 
+def _predict(
+    ps: Sequence[int], lefts: Ints, run_ends: Ints, templates: Sequence[tuple[int, int]]
+) -> tuple[Ints, Ints]:
+    """Guessed (start, end) of every record of stretches that begin at ``ps`` with
+    ``lefts`` records each (``run_ends``: their cumulative sum), from the (length, offset
+    delta) of each stretch's first record: every record is taken to be that size except
+    for the widths of its offset delta varint (deltas taken as consecutive) and of its
+    length varint."""
+    firsts = run_ends - lefts
+    within = np.arange(int(run_ends[-1]), dtype=np.int64) - np.repeat(firsts, lefts)
+    deltas = within + np.repeat(np.array([d for _, d in templates], np.int64), lefts)
+    # length of lane i = first record's length - its delta's width + lane i's delta's width
+    base = [length - int(_varint_width(np.array([2 * d]))[0]) for length, d in templates]
+    lengths = _varint_width(2 * deltas) + np.repeat(np.array(base, np.int64), lefts)
+    sizes = lengths + _varint_width(2 * lengths)
+    running = np.cumsum(sizes)
+    before = np.concatenate([[0], running[run_ends[:-1] - 1]])
+    ends: Ints = running + np.repeat(np.array(ps, np.int64) - before, lefts)
+    return ends - sizes, ends
+
+
+def _guess_whole(buf: bytes, blocks: Sequence[tuple[int, int, int, int]]) -> Ints | None:
+    """Every record's position guessed at once from the first record of its batch (see
+    :func:`_predict`), unchecked; None when a batch is too short or its first record gives
+    no template. Most producers write batches that this places whole; the caller checks the
+    guess with :func:`_frame` and places records by :func:`_record_starts` when it fails."""
+    templates: list[tuple[int, int]] = []
+    for start, end, count, base in blocks:
+        found = _template(buf, _Stretch(start, count, end, base, [])) if count else None
+        if found is None:
+            return None
+        templates.append(found)
+    lefts = np.array([count for _, _, count, _ in blocks], np.int64)
+    starts, _ = _predict([b[0] for b in blocks], lefts, np.cumsum(lefts), templates)
+    return starts
+
+
 def _guess(buf: bytes, data: npt.NDArray[np.uint8], size: int, stretches: list[_Stretch]) -> None:
     """One guess at the positions of the records of every stretch, checked lane-wise; each
     stretch moves past the records whose positions are confirmed.
@@ -228,17 +271,9 @@ def _guess(buf: bytes, data: npt.NDArray[np.uint8], size: int, stretches: list[_
     lefts = np.array([s.left for s, _, _ in todo], np.int64)
     run_ends = np.cumsum(lefts)
     firsts = run_ends - lefts
-    total = int(run_ends[-1])
-    within = np.arange(total, dtype=np.int64) - np.repeat(firsts, lefts)
-    deltas = within + np.repeat(np.array([d for _, _, d in todo], np.int64), lefts)
-    # length of lane i = first record's length - its delta's width + lane i's delta's width
-    base = [length - int(_varint_width(np.array([2 * d]))[0]) for _, length, d in todo]
-    lengths = _varint_width(2 * deltas) + np.repeat(np.array(base, np.int64), lefts)
-    sizes = lengths + _varint_width(2 * lengths)
-    running = np.cumsum(sizes)
-    before = np.concatenate([[0], running[run_ends[:-1] - 1]])
-    ends = running + np.repeat(np.array([s.p for s, _, _ in todo], np.int64) - before, lefts)
-    starts = ends - sizes
+    starts, ends = _predict(
+        [s.p for s, _, _ in todo], lefts, run_ends, [(length, d) for _, length, d in todo]
+    )
     wrong = np.flatnonzero(_short_ends(data, size, starts) != ends)
     first_wrong: dict[int, int] = {}
     if wrong.size:
@@ -307,13 +342,53 @@ def _record_starts(
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def _words(buf: bytes) -> npt.NDArray[np.uint32]:
+    """``buf`` seen as a little-endian uint32 at every byte position, an unaligned view:
+    indexing it reads the 4 bytes at any positions at once (``take`` would first copy the
+    whole view)."""
+    return np.ndarray((len(buf) - 3,), dtype="<u4", buffer=buf, strides=(1,))
+
+
+_STOP_BITS = np.uint32(0x80808080)
+_LOW_7 = np.uint32(0x7F7F7F7F)
+
+
 def _varints(
-    data: npt.NDArray[np.uint8], size: int, pos: Ints, max_bytes: int, what: str
+    words: npt.NDArray[np.uint32],
+    data: npt.NDArray[np.uint8],
+    size: int,
+    pos: Ints,
+    max_bytes: int,
+    what: str,
 ) -> tuple[npt.NDArray[np.uint64], Ints]:
     """Lane-wise unsigned varints at ``pos`` (positions at most ``size``, the end of the
-    records; reads past it see the zero padding): (values, positions after them)."""
+    records; reads past it see the zero padding): (values, positions after them).
+
+    The 4 bytes at each position are read as one word; the first byte without its
+    continuation bit ends the varint, and its 7-bit groups are packed by three mask-and-shift
+    steps. The rare lanes whose varint is longer than 4 bytes are read byte by byte.
+    """
     if pos.size and int(pos.max()) > size:
         raise CorruptBatchError(f"{what}: a record runs past the end of its batch")
+    w = words[pos]
+    stop = ~w & _STOP_BITS
+    lowest = stop & (~stop + np.uint32(1))  # the stop bit of the varint's last byte
+    mask = (lowest << np.uint32(1)) - np.uint32(1)  # its bytes (all four when no stop bit)
+    v = w & mask & _LOW_7
+    v = (v & np.uint32(0x007F007F)) | ((v & np.uint32(0x7F007F00)) >> np.uint32(1))
+    v = (v & np.uint32(0x00003FFF)) | ((v & np.uint32(0x3FFF0000)) >> np.uint32(2))
+    value = v.astype(np.uint64)
+    after: Ints = pos + (np.bitwise_count(mask) >> np.uint8(3))
+    longer = np.flatnonzero(stop == 0)
+    if longer.size:
+        value[longer], after[longer] = _varints_bytewise(data, pos[longer], max_bytes, what)
+    return value, after
+
+
+def _varints_bytewise(
+    data: npt.NDArray[np.uint8], pos: Ints, max_bytes: int, what: str
+) -> tuple[npt.NDArray[np.uint64], Ints]:
+    """:func:`_varints` a byte at a time (only the lanes still open read another byte)."""
     b = data[pos]
     value = b.astype(np.uint64)
     after = pos + 1
@@ -385,21 +460,32 @@ def _headers_column(
     return pa.array(rows, HEADER_TYPE)
 
 
-def _frame(data: npt.NDArray[np.uint8], size: int, starts: Ints) -> tuple[Ints, Ints] | None:
-    """For records at ``starts`` (ascending): the position after each one's length varint
-    and its end; None when the ends do not chain, i.e. when a record does not end where the
-    next begins (the last at ``size``, the end of the records).
+def _frame(
+    words: npt.NDArray[np.uint32],
+    data: npt.NDArray[np.uint8],
+    size: int,
+    starts: Ints,
+    last_lanes: Ints,
+    block_ends: Ints,
+) -> tuple[Ints, Ints] | None:
+    """For records at ``starts`` (ascending, the first of every batch at the start of its
+    block): the position after each one's length varint and its end; None when the ends do
+    not chain, i.e. when a record does not end where the next of its batch begins (the last
+    of a batch, lane ``last_lanes[i]``, at ``block_ends[i]``).
 
-    Records are stored back to back and the batches' blocks were joined in order, so this
-    one check says that ``starts`` are exactly the records' positions.
+    Records are stored back to back in their block, so this one check says that ``starts``
+    are exactly the records' positions.
     """
-    length_zz, after = _varints(data, size, starts, 5, "record length")
+    length_zz, after = _varints(words, data, size, starts, 5, "record length")
     length = _zigzag(length_zz)
+    ends = after + length
+    expected = np.empty_like(starts)
+    expected[:-1] = starts[1:]
+    expected[last_lanes] = block_ends
+    if not np.array_equal(ends, expected):
+        return None
     if int(length.min()) < 6:
         raise CorruptBatchError("a record declares a length below the smallest record")
-    ends = after + length
-    if int(ends[-1]) != size or not np.array_equal(ends[:-1], starts[1:]):
-        return None
     return after, ends
 
 
@@ -436,32 +522,52 @@ def decode_chunk(
     if not kept:
         return Decoded(None, next_offset, len(found))
 
-    pieces: list[bytes] = []
     blocks: list[tuple[int, int, int, int]] = []
-    at = 0
-    for pos, header in kept:
-        block = records_block(data, pos, header)
-        pieces.append(block)
-        blocks.append((at, at + len(block), header.record_count, header.base_offset))
-        at += len(block)
-    size = at
-    pieces.append(_PAD)
-    buf = b"".join(pieces)
+    if all(h.compression == 0 for _, h in kept):
+        # Uncompressed blocks are read where they lie: one copy of the chunk, for padding.
+        for pos, header in kept:
+            blocks.append(
+                (pos + HEADER_SIZE, pos + header.size, header.record_count, header.base_offset)
+            )
+        size = len(data)
+        buf = bytes(data) + _PAD
+    else:
+        pieces: list[bytes] = []
+        at = 0
+        for pos, header in kept:
+            block = records_block(data, pos, header)
+            pieces.append(block)
+            blocks.append((at, at + len(block), header.record_count, header.base_offset))
+            at += len(block)
+        size = at
+        pieces.append(_PAD)
+        buf = b"".join(pieces)
     buffer = pa.py_buffer(buf)
     raw = np.frombuffer(buf, np.uint8)
+    words = _words(buf)
     counts = np.array([h.record_count for _, h in kept], np.int64)
     n = int(counts.sum())
+    last_lanes = np.cumsum(counts) - 1
+    block_ends = np.array([b[1] for b in blocks], np.int64)
 
-    framed = _frame(raw, size, _record_starts(buf, raw, size, blocks))
+    framed = None
+    guessed = _guess_whole(buf, blocks)
+    if guessed is not None:
+        # A wrong guess may read anything: only the general placing below reports errors.
+        with contextlib.suppress(CorruptBatchError):
+            framed = _frame(words, raw, size, guessed, last_lanes, block_ends)
+    if framed is None:
+        starts = _record_starts(buf, raw, size, blocks)
+        framed = _frame(words, raw, size, starts, last_lanes, block_ends)
     if framed is None:
         raise CorruptBatchError("record lengths do not add up to their batch")
     pos_arr, end_arr = framed
     # attributes (one byte, unused) then the timestamp delta
-    ts_delta, pos_arr = _varints(raw, size, pos_arr + 1, 10, "timestamp delta")
+    ts_delta, pos_arr = _varints(words, raw, size, pos_arr + 1, 10, "timestamp delta")
     _check_inside(pos_arr, end_arr, "timestamp delta")
-    off_delta, pos_arr = _varints(raw, size, pos_arr, 5, "offset delta")
+    off_delta, pos_arr = _varints(words, raw, size, pos_arr, 5, "offset delta")
     _check_inside(pos_arr, end_arr, "offset delta")
-    key_zz, pos_arr = _varints(raw, size, pos_arr, 5, "key length")
+    key_zz, pos_arr = _varints(words, raw, size, pos_arr, 5, "key length")
     _check_inside(pos_arr, end_arr, "key length")
     key_len = _zigzag(key_zz)
     key_start = pos_arr
@@ -469,7 +575,7 @@ def decode_chunk(
     key_bytes = np.maximum(key_len, 0)
     pos_arr = pos_arr + key_bytes
     _check_inside(pos_arr, end_arr, "key")
-    val_zz, pos_arr = _varints(raw, size, pos_arr, 5, "value length")
+    val_zz, pos_arr = _varints(words, raw, size, pos_arr, 5, "value length")
     _check_inside(pos_arr, end_arr, "value length")
     val_len = _zigzag(val_zz)
     val_start = pos_arr
@@ -505,7 +611,7 @@ def decode_chunk(
         ts_ms = ts_base + np.where(keep_delta, _zigzag(ts_delta), 0)
     else:
         ts_ms = ts_base + _zigzag(ts_delta)
-    timestamps = pa.array(ts_ms * 1000).cast(TIMESTAMP_TYPE)
+    timestamps = pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(ts_ms * 1000)])
     ts_type = pa.array(_per_record(counts, [int(a) for a in append_time], np.int32))
 
     if bool(key_null.all()):

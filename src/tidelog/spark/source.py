@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gc
 import logging
 import re
 import time
@@ -225,15 +226,25 @@ class _Offsets:
         return out
 
 
+# Bytes asked by the first fetch of a task (at most fetchMaxBytes); each next fetch asks
+# twice as much, up to fetchMaxBytes.
+FIRST_FETCH_BYTES = 1 << 20
+
+
 def read_range(
     options: SourceOptions, topic: str, partition: int, start: int, end: int
 ) -> Iterator[Any]:
     """Arrow batches of ``topic``-``partition`` offsets [start, end), one per fetch; the next
-    fetch runs in a helper thread while a batch is decoded."""
+    fetch runs in a helper thread while a batch is decoded.
+
+    Fetches start at :data:`FIRST_FETCH_BYTES` and double up to ``fetchMaxBytes``: Spark
+    consumes the first batch while the larger fetches after it are read and decoded.
+    """
     tp = TopicPartition(topic, partition)
     reader = RawPartitionReader(options.client)
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tidelog-fetch")
     max_bytes = options.fetch_max_bytes
+    ask = min(FIRST_FETCH_BYTES, max_bytes)
     deadline_s = options.poll_timeout_ms / 1000
     try:
         position = start
@@ -246,7 +257,7 @@ def read_range(
                     # A read-ahead for another offset: wait it out, drop its outcome.
                     with contextlib.suppress(Exception):
                         pending.result()
-                pending = pool.submit(reader.fetch, tp, position, max_bytes=max_bytes)
+                pending = pool.submit(reader.fetch, tp, position, max_bytes=ask)
             fetched = pending.result()
             pending = None
             if fetched.error is ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -265,9 +276,10 @@ def read_range(
                     "truncated or recreated",
                 )
                 return
+            ask = min(2 * ask, max_bytes)
             ahead = _next_offset(fetched.records, position)
             if position < ahead < end:
-                pending = pool.submit(reader.fetch, tp, ahead, max_bytes=max_bytes)
+                pending = pool.submit(reader.fetch, tp, ahead, max_bytes=ask)
                 pending_at = ahead
             decoded = decode_chunk(
                 fetched.records,
@@ -285,7 +297,8 @@ def read_range(
                 continue
             # No whole batch came back.
             if fetched.records and decoded.complete_batches == 0:
-                max_bytes *= 2  # one batch is larger than the fetch size
+                # One batch is larger than the fetch size.
+                max_bytes = ask = max(max_bytes, 2 * ask)
                 continue
             if fetched.high_watermark <= position:
                 _data_loss(
@@ -318,6 +331,27 @@ def _next_offset(data: bytes, position: int) -> int:
     except ValueError:
         return position  # corrupt: decode_chunk reports it
     return last
+
+
+_heap_frozen = False
+
+
+def freeze_worker_heap() -> None:
+    """Take every object alive now out of the cyclic garbage collector's reach, once per
+    process; called by the readers as a task starts, i.e. in a Spark Python worker.
+
+    A reused Python worker (Spark's default, ``spark.python.worker.reuse``) runs a full
+    ``gc.collect()`` after every task. With pyspark, pyarrow, numpy and the client imported
+    that walks some 100,000 long-lived objects (modules, classes, tables), tens of ms of
+    CPU per task, and the next task handed to the worker waits for it. Frozen objects are
+    skipped by every later collection; objects created afterwards are collected as usual.
+    The price: reference cycles that are already garbage at this moment (a few left by
+    imports) and the objects of the first task are never reclaimed, once per worker.
+    """
+    global _heap_frozen
+    if not _heap_frozen:
+        _heap_frozen = True
+        gc.freeze()
 
 
 class GroupCommitter:
@@ -411,6 +445,7 @@ class TidelogBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
+        freeze_worker_heap()
         yield from read_range(
             self.options, partition.topic, partition.partition, partition.start, partition.end
         )
@@ -499,6 +534,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, OffsetRange)
+        freeze_worker_heap()
         yield from read_range(
             self.options, partition.topic, partition.partition, partition.start, partition.end
         )
