@@ -90,12 +90,12 @@ def test_zeros_written_ahead_are_not_a_torn_tail(tmp_path: Path) -> None:
     # What a killed process leaves: the files as they are now, with no close.
     crashed = tmp_path / "crashed"
     crashed.mkdir()
-    for f in (tmp_path / "q").iterdir():
-        (crashed / f.name).write_bytes(f.read_bytes())
+    for path in (tmp_path / "q").iterdir():
+        (crashed / path.name).write_bytes(path.read_bytes())
     torn = tmp_path / "torn"
     torn.mkdir()
-    for f in (tmp_path / "q").iterdir():
-        (torn / f.name).write_bytes(f.read_bytes())
+    for path in (tmp_path / "q").iterdir():
+        (torn / path.name).write_bytes(path.read_bytes())
     q.close()
     assert seg.stat().st_size == data_end
 
@@ -279,6 +279,42 @@ def test_a_failed_sync_fails_every_waiter_and_the_queue(tmp_path: Path) -> None:
     q.close()
     q = DiskQueue.open(tmp_path / "q")
     assert read_all(q)[0] == (0, body(0))
+    q.close()
+
+
+def test_appends_do_not_wait_for_a_cursor_sync(tmp_path: Path) -> None:
+    cursor_sync_started = threading.Event()
+    release = threading.Event()
+    q: DiskQueue | None = None
+
+    def fsync(fd: int) -> None:
+        if q is not None and fd == q._cursor_fd:
+            cursor_sync_started.set()
+            release.wait(10)
+        os.fdatasync(fd)
+
+    q = queue = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    q.append([body(i) for i in range(10)])
+    committing = threading.Thread(target=q.commit, args=(q.durable_pos, 10, 10, 1, 0))
+    committing.start()
+    assert cursor_sync_started.wait(10)
+    # While the delivered position is being synced, events are still acknowledged.
+    numbers: list[int] = []
+    appender = threading.Thread(
+        target=lambda: numbers.extend(queue.append([body(i)]) for i in (10, 11))
+    )
+    appender.start()
+    appender.join(5)
+    appended_during_sync = not appender.is_alive()
+    release.set()
+    appender.join(10)
+    assert appended_during_sync
+    assert numbers == [10, 11]
+    committing.join(10)
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")
+    assert (q.cursor.read_n, q.cursor.next_seq) == (10, 10)
+    assert read_all(q) == [(10, body(10)), (11, body(11))]
     q.close()
 
 

@@ -238,6 +238,10 @@ class DiskQueue:
         self._fd = -1
         self._fd_base = -1
         self._cursor_fd = -1
+        # Cursor writes, in or out of the queue's lock (taken after it, never before it),
+        # and the newest generation written.
+        self._cursor_lock = threading.Lock()
+        self._cursor_written = 0
         self._read_fds: dict[int, int] = {}
         self._failure: BaseException | None = None
         self._closed = False
@@ -754,7 +758,12 @@ class DiskQueue:
                 c.skip_pos, c.skip_n = pos, n
             c.next_seq = next_seq
             c.producer_id, c.producer_epoch = producer_id, producer_epoch
-            self._write_cursor_locked()
+            generation, raw = self._pack_cursor_locked()
+        # Written and synced outside the queue's lock: appends (and the acknowledgements of
+        # their callers) do not wait behind this fsync.
+        self._write_cursor(generation, raw)
+        with self._lock:
+            # Only now that the cursor is durable: no segment it still points into is gone.
             self._delete_segments_locked()
             while self._oldest_time and self._oldest_time[0][0] <= n:
                 self._oldest_time.popleft()
@@ -763,11 +772,24 @@ class DiskQueue:
         if hook is not None:
             hook()
 
-    def _write_cursor_locked(self) -> None:
+    def _pack_cursor_locked(self) -> tuple[int, bytes]:
         c = self.cursor
         c.generation += 1
-        os.pwrite(self._cursor_fd, c.pack(), (c.generation % 2) * CURSOR_SLOT)
-        self._fsync(self._cursor_fd)
+        return c.generation, c.pack()
+
+    def _write_cursor(self, generation: int, raw: bytes) -> None:
+        """Write and sync a packed cursor into its slot, unless a later generation was
+        written meanwhile: every packed cursor holds all changes before it, so the later one
+        stands for this one too (and must not be overwritten by it in their shared slot)."""
+        with self._cursor_lock:
+            if generation <= self._cursor_written:
+                return
+            os.pwrite(self._cursor_fd, raw, (generation % 2) * CURSOR_SLOT)
+            self._fsync(self._cursor_fd)
+            self._cursor_written = generation
+
+    def _write_cursor_locked(self) -> None:
+        self._write_cursor(*self._pack_cursor_locked())
 
     def _delete_segments_locked(self) -> None:
         c = self.cursor
