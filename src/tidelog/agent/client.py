@@ -137,8 +137,14 @@ class AgentClient:
         self._readable = select.poll()
         self._readable.register(self._sock, select.POLLIN)
         # Who reads the socket: at most one thread at a time holds ``_reading``.
-        self._state = threading.Condition()
+        state_lock = threading.Lock()
+        self._state = threading.Condition(state_lock)
         self._reading = False
+        # Callers blocked in _wait (woken after each read that answered something, and when
+        # the reader leaves); the background reader has a condition of its own, so neither
+        # is woken for nothing (a wake-up is a thread switch through the GIL).
+        self._callers_waiting = 0
+        self._background_wake = threading.Condition(state_lock)
         self._closed = False
         self._background = threading.Thread(
             target=self._background_reads, name="agent-client", daemon=True
@@ -192,7 +198,11 @@ class AgentClient:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise TimeoutError("no answer from the agent in time")
-                    self._state.wait(remaining)
+                    self._callers_waiting += 1
+                    try:
+                        self._state.wait(remaining)
+                    finally:
+                        self._callers_waiting -= 1
                 if future.done():
                     return future.result(0)
                 self._reading = reading = True
@@ -207,11 +217,28 @@ class AgentClient:
     def _give_up_reading(self) -> None:
         with self._state:
             self._reading = False
-            self._state.notify_all()
+            if self._pending or self._many:
+                # Someone else's answers are still to come: a waiting caller or the
+                # background reader takes over.
+                if self._callers_waiting:
+                    self._state.notify_all()
+                else:
+                    self._background_wake.notify()
 
     def _wake_background(self) -> None:
         with self._state:
+            self._background_wake.notify()
+
+    def _answered(self) -> None:
+        """Wake the callers waiting for answers, after a read dispatched some."""
+        with self._state:
+            if self._callers_waiting:
+                self._state.notify_all()
+
+    def _wake_all(self) -> None:
+        with self._state:
             self._state.notify_all()
+            self._background_wake.notify_all()
 
     def submit(
         self,
@@ -313,7 +340,7 @@ class AgentClient:
                     and self._failure is None
                     and (self._reading or not (self._pending or self._many))
                 ):
-                    self._state.wait()
+                    self._background_wake.wait()
                 if self._closed or self._failure is not None:
                     return
                 self._reading = True
@@ -338,8 +365,7 @@ class AgentClient:
                     return
                 self._buffer += chunk
                 self._dispatch()
-                with self._state:
-                    self._state.notify_all()
+                self._answered()
         except TimeoutError:
             # Only this caller gives up; the connection and the other requests carry on.
             raise
@@ -390,13 +416,12 @@ class AgentClient:
                 future.set_exception(error)
         for waiter, _ in waiting.values():
             waiter.fail(error)
-        with self._state:
-            self._state.notify_all()
+        self._wake_all()
 
     def close(self) -> None:
         with self._state:
             self._closed = True
-            self._state.notify_all()
+        self._wake_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._background.join(timeout=5)
