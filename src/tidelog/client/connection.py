@@ -1,9 +1,9 @@
-"""One connection to one broker: asyncio streams, size-prefixed frames, correlation ids.
+"""One connection to one broker: an asyncio protocol, size-prefixed frames, correlation ids.
 
 Life of a connection:
 
 1. :meth:`Connection.connect` opens the socket (bounded by
-   ``socket.connection.setup.timeout.ms``), starts the reader task and negotiates versions:
+   ``socket.connection.setup.timeout.ms``) and negotiates versions:
    it sends ApiVersions at our highest version; a broker that does not know that version answers
    with a v0 response carrying UNSUPPORTED_VERSION and its own ranges (KIP-511), and the request
    is repeated at the highest version both sides know. For every API both sides serve, the
@@ -21,12 +21,16 @@ Life of a connection:
 
 Responses arrive in request order on a Kafka connection; the reader still matches them by
 correlation id, so a broker that answered out of order would be detected, not misread.
+
+Responses are received by :class:`_Wire`, a ``BufferedProtocol``: the event loop receives
+straight into the :class:`~tidelog.protocol.FrameDecoder`'s buffer, which is the response's own
+buffer once its size is known. A fetch response of megabytes is thus copied once, by the
+kernel, in as few receives as the socket allows, with no stream buffer in between.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -53,7 +57,6 @@ from tidelog.protocol import (
 )
 
 SOFTWARE_NAME = "tidelog-python"
-_READ_CHUNK = 256 * 1024
 
 
 def our_range(api_key: int) -> tuple[int, int] | None:
@@ -115,9 +118,8 @@ class Connection:
         self._slots = asyncio.Semaphore(max_in_flight)
         self._correlation = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._wire: _Wire | None = None
         self._failure: ClientError | None = None
         self._closed = False
 
@@ -130,16 +132,19 @@ class Connection:
 
     @property
     def usable(self) -> bool:
-        return self._writer is not None and not self._closed
+        return self._transport is not None and not self._closed
 
     @property
     def in_flight(self) -> int:
         return len(self._pending)
 
     async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        wire = _Wire(self, FrameDecoder(self.max_frame_size), loop)
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.connect_timeout
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(lambda: wire, self.host, self.port),
+                self.connect_timeout,
             )
         except TimeoutError:
             raise BrokerConnectionError(
@@ -149,7 +154,7 @@ class Connection:
             raise BrokerConnectionError(
                 f"cannot connect to {self.address}: {exc.strerror or exc}"
             ) from None
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        self._transport, self._wire = transport, wire
         try:
             await self._negotiate()
         except BaseException:
@@ -232,7 +237,7 @@ class Connection:
         async with self._slots:
             if self._failure is not None:
                 raise self._failure
-            if self._writer is None or self._closed:
+            if self._wire is None or self._closed:
                 raise BrokerConnectionError(f"connection to {self.address} is closed")
             correlation_id = next(self._correlation) & 0x7FFFFFFF
             try:
@@ -246,8 +251,7 @@ class Connection:
                 future = asyncio.get_running_loop().create_future()
                 self._pending[correlation_id] = _Pending(api_key, version, future)
             try:
-                self._writer.write(data)
-                await self._writer.drain()
+                await self._wire.write(data)
             except (OSError, RuntimeError) as exc:
                 self._fail(BrokerConnectionError(f"writing to {self.address} failed: {exc}"))
                 raise self._failure or exc from None
@@ -264,26 +268,6 @@ class Connection:
                 raise error from None
             finally:
                 self._pending.pop(correlation_id, None)
-
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        decoder = FrameDecoder(self.max_frame_size)
-        try:
-            while True:
-                chunk = await self._reader.read(_READ_CHUNK)
-                if not chunk:
-                    raise BrokerConnectionError(f"{self.address} closed the connection")
-                for frame in decoder.feed(chunk):
-                    self._dispatch(frame)
-        except ClientError as exc:
-            self._fail(exc)
-        except ProtocolError as exc:
-            self._fail(BrokerConnectionError(f"bad response from {self.address}: {exc}"))
-        except (OSError, asyncio.IncompleteReadError) as exc:
-            self._fail(BrokerConnectionError(f"reading from {self.address} failed: {exc}"))
-        except asyncio.CancelledError:
-            self._fail(BrokerConnectionError(f"connection to {self.address} is closed"))
-            raise
 
     def _dispatch(self, frame: memoryview) -> None:
         correlation_id = peek_correlation_id(frame)
@@ -311,18 +295,89 @@ class Connection:
                 # Mark retrieved: a request whose caller already gave up must not warn.
                 item.future.exception()
         self._closed = True
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
-        if self._closed and self._read_task is None:
-            return
         self._fail(BrokerConnectionError(f"connection to {self.address} is closed"))
-        task, self._read_task = self._read_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+        if self._wire is not None:
+            await self._wire.closed(self.request_timeout)
+
+
+class _Wire(asyncio.BufferedProtocol):
+    """The connection's socket as the event loop sees it: received bytes go straight into
+    the frame decoder's buffer and each whole frame to :meth:`Connection._dispatch`; writes
+    wait while the transport's buffer is above its high-water mark."""
+
+    def __init__(
+        self, owner: Connection, decoder: FrameDecoder, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._owner = owner
+        self._decoder = decoder
+        self._transport: asyncio.Transport | None = None
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self._lost: asyncio.Future[None] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._decoder.receive_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        owner = self._owner
+        try:
+            for frame in self._decoder.received(nbytes):
+                owner._dispatch(frame)
+        except ClientError as exc:
+            owner._fail(exc)
+        except ProtocolError as exc:
+            owner._fail(BrokerConnectionError(f"bad response from {owner.address}: {exc}"))
+
+    def eof_received(self) -> bool:
+        self._owner._fail(BrokerConnectionError(f"{self._owner.address} closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        owner = self._owner
+        if exc is None:
+            owner._fail(BrokerConnectionError(f"{owner.address} closed the connection"))
+        else:
+            owner._fail(BrokerConnectionError(f"reading from {owner.address} failed: {exc}"))
+        if not self._lost.done():
+            self._lost.set_result(None)
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = self._lost.get_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data``; return once the transport takes more (raises once it is lost)."""
+        transport = self._transport
+        if transport is None or transport.is_closing() or self._lost.done():
+            raise ConnectionResetError("the connection is closed")
+        transport.write(data)
+        while self._writable is not None:
+            await asyncio.shield(self._writable)
+            if self._lost.done():
+                raise ConnectionResetError("the connection was lost while writing")
+
+    async def closed(self, patience: float) -> None:
+        """Wait until the socket is closed: what is still buffered is sent first for at most
+        ``patience`` seconds (a broker that reads nothing more must not hold a close)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._lost), patience)
+        except TimeoutError:
+            if self._transport is not None:
+                self._transport.abort()
+            await asyncio.shield(self._lost)

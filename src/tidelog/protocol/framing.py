@@ -12,6 +12,13 @@ Invariants:
   handed out as a read-only ``memoryview`` the decoder never touches again, so callers may
   keep it;
 - a frame of size 0 is a valid frame (an empty one); what it means is the reader's concern.
+
+Two ways to give it bytes: :meth:`FrameDecoder.feed` takes chunks someone else received;
+:meth:`FrameDecoder.receive_buffer` and :meth:`FrameDecoder.received` let the reader receive
+straight into the decoder (``recv_into``, asyncio's ``BufferedProtocol``). While a frame is in
+progress that buffer is the unfilled rest of the frame itself, so a large frame (a fetch
+response of megabytes) is written once, by the kernel, and never copied in Python; between
+frames it is a small scratch buffer whose bytes go through :meth:`feed`.
 """
 
 from __future__ import annotations
@@ -33,11 +40,23 @@ DEFAULT_MAX_FRAME_SIZE: Final = 104_857_600
 
 SIZE_PREFIX: Final = struct.Struct(">i")
 
+SCRATCH_SIZE: Final = 64 * 1024
+"""Bytes of :meth:`FrameDecoder.receive_buffer` between frames: room for many small frames
+(and the size prefix of a large one) per receive."""
+
 
 class FrameDecoder:
     """Feed bytes in, get complete frames out."""
 
-    __slots__ = ("_failure", "_filled", "_frame", "_max_frame_size", "_prefix")
+    __slots__ = (
+        "_failure",
+        "_filled",
+        "_frame",
+        "_into_frame",
+        "_max_frame_size",
+        "_prefix",
+        "_scratch",
+    )
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         if max_frame_size < 0:
@@ -47,6 +66,8 @@ class FrameDecoder:
         self._frame: bytearray | None = None
         self._filled = 0
         self._failure: FrameError | None = None
+        self._scratch: memoryview | None = None
+        self._into_frame = False
 
     @property
     def max_frame_size(self) -> int:
@@ -98,6 +119,47 @@ class FrameDecoder:
                 self._frame = None
                 self._filled = 0
         return frames
+
+    def receive_buffer(self) -> memoryview:
+        """A writable buffer for the next bytes received; report how many were written with
+        :meth:`received` before asking again.
+
+        Inside a frame it is the rest of that frame (at least one byte); between frames it
+        is a scratch buffer of :data:`SCRATCH_SIZE` bytes.
+        """
+        if self._failure is not None:
+            raise self._failure
+        frame = self._frame
+        if frame is not None:
+            self._into_frame = True
+            return memoryview(frame)[self._filled :]
+        self._into_frame = False
+        if self._scratch is None:
+            self._scratch = memoryview(bytearray(SCRATCH_SIZE))
+        return self._scratch
+
+    def received(self, nbytes: int) -> list[memoryview]:
+        """``nbytes`` were written to the start of the last :meth:`receive_buffer`; return
+        the frames they completed, oldest first.
+
+        :raises FrameError: as :meth:`feed`.
+        """
+        if self._failure is not None:
+            raise self._failure
+        frame = self._frame
+        if not self._into_frame:
+            assert self._scratch is not None
+            return self.feed(self._scratch[:nbytes])
+        assert frame is not None
+        if not 0 <= nbytes <= len(frame) - self._filled:
+            raise ValueError(f"{nbytes} bytes cannot have been written to the frame's buffer")
+        self._filled += nbytes
+        if self._filled < len(frame):
+            return []
+        self._frame = None
+        self._filled = 0
+        self._into_frame = False
+        return [memoryview(frame).toreadonly()]
 
     def close(self) -> None:
         """Declare the end of the stream.

@@ -192,3 +192,71 @@ def test_connection_refused_is_a_client_error() -> None:
             await conn.connect()
 
     run(scenario())
+
+
+def test_a_large_response_arriving_in_small_pieces() -> None:
+    """A response of megabytes trickling in, 7,001 bytes a write: received into its frame
+    piece by piece and decoded whole; the connection serves the next call as usual."""
+
+    async def scenario() -> None:
+        fake = FakeBroker(metadata_max=9)
+        await fake.start()
+        big_id = "".join(chr(0x41 + i % 26) for i in range(3 << 20))
+
+        async def trickle(header: RequestHeader, writer: asyncio.StreamWriter) -> None:
+            data = metadata_response(header.api_version, header.correlation_id, big_id)
+            for at in range(0, len(data), 7001):
+                writer.write(data[at : at + 7001])
+                await writer.drain()
+
+        fake.on_request = trickle
+        conn = Connection("127.0.0.1", fake.port)
+        await conn.connect()
+        first = await conn.call(ApiKey.METADATA, {"topics": None})
+        assert first.cluster_id == big_id
+        second = await conn.call(ApiKey.METADATA, {"topics": None})
+        assert second.cluster_id == big_id
+        await conn.close()
+        assert fake.server is not None
+        fake.server.close()
+
+    run(scenario())
+
+
+def test_a_call_waits_while_the_socket_cannot_take_more() -> None:
+    """While the transport has paused writing (its buffer is above the high-water mark) a
+    call waits after writing; it goes on when writing resumes, and fails when the connection
+    is lost meanwhile."""
+
+    async def scenario() -> None:
+        fake = FakeBroker(metadata_max=9)
+        await fake.start()
+
+        async def answer(header: RequestHeader, writer: asyncio.StreamWriter) -> None:
+            writer.write(metadata_response(header.api_version, header.correlation_id, "ok"))
+
+        fake.on_request = answer
+        conn = Connection("127.0.0.1", fake.port)
+        await conn.connect()
+        wire = conn._wire
+        assert wire is not None
+        wire.pause_writing()
+        call = asyncio.ensure_future(conn.call(ApiKey.METADATA, {"topics": None}))
+        await asyncio.sleep(0.2)
+        assert not call.done()
+        wire.resume_writing()
+        assert (await call).cluster_id == "ok"
+
+        wire.pause_writing()
+        stuck = asyncio.ensure_future(conn.call(ApiKey.METADATA, {"topics": None}))
+        await asyncio.sleep(0.05)
+        assert not stuck.done()
+        assert conn._transport is not None
+        conn._transport.abort()
+        with pytest.raises(BrokerConnectionError):
+            await stuck
+        await conn.close()
+        assert fake.server is not None
+        fake.server.close()
+
+    run(scenario())

@@ -129,3 +129,59 @@ def test_any_chunking_yields_the_same_frames(payloads: list[bytes], cuts: list[i
         out.extend(bytes(f) for f in decoder.feed(stream[start:end]))
     assert out == payloads
     decoder.close()
+
+
+def _receive(decoder: FrameDecoder, data: bytes, step: int) -> list[bytes]:
+    """``data`` received through receive_buffer/received, at most ``step`` bytes a time."""
+    frames: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        target = decoder.receive_buffer()
+        n = min(step, len(target), len(data) - pos)
+        target[:n] = data[pos : pos + n]
+        pos += n
+        frames.extend(bytes(f) for f in decoder.received(n))
+    return frames
+
+
+@given(
+    st.lists(st.binary(max_size=300), max_size=8),
+    st.integers(1, 700),
+)
+def test_received_in_place_gives_what_feed_gives(payloads: list[bytes], step: int) -> None:
+    stream = b"".join(frame(p) for p in payloads)
+    assert _receive(FrameDecoder(), stream, step) == payloads
+
+
+def test_a_large_frame_is_received_into_its_own_buffer() -> None:
+    """Once the size is known, the buffer handed out is the frame's: the bytes received
+    there are the frame handed back, not a copy of them."""
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    decoder = FrameDecoder()
+    scratch = decoder.receive_buffer()
+    first = frame(payload)[:1000]
+    scratch[: len(first)] = first
+    assert decoder.received(len(first)) == []
+    target = decoder.receive_buffer()
+    assert len(target) == len(payload) - (1000 - 4)
+    target[:] = payload[996:]
+    (done,) = decoder.received(len(target))
+    assert done.obj is target.obj  # the same bytearray
+    assert done == payload
+    assert decoder.buffered == 0
+
+
+def test_received_checks_sizes_and_reports_bad_prefixes() -> None:
+    decoder = FrameDecoder(max_frame_size=100)
+    target = decoder.receive_buffer()
+    target[:4] = _prefix(50)
+    assert decoder.received(4) == []
+    assert len(decoder.receive_buffer()) == 50
+    with pytest.raises(ValueError, match="cannot have been written"):
+        decoder.received(51)
+    bad = FrameDecoder(max_frame_size=100)
+    bad.receive_buffer()[:4] = _prefix(101)
+    with pytest.raises(FrameTooLargeError):
+        bad.received(4)
+    with pytest.raises(FrameTooLargeError):
+        bad.receive_buffer()
