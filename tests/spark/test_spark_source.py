@@ -300,21 +300,32 @@ def test_read_range_fetches_grow_and_yield_every_offset_once(
     assert sizes[0] < max(sizes)  # ~1 MiB first, then 2 and 4 MiB
 
 
-def test_readers_freeze_the_worker_heap_once() -> None:
-    """In a fresh interpreter (the freeze is process-wide): the first call freezes what is
-    alive, later calls leave objects created since to the collector."""
+def test_readers_prepare_the_worker_once() -> None:
+    """In a fresh interpreter (both settings are process-wide): the first call freezes what
+    is alive, later calls leave objects created since to the collector; large blocks freed
+    are kept, so allocating one again faults in no new pages."""
     import subprocess
     import sys
 
     code = (
-        "import gc\n"
-        "from tidelog.spark.source import freeze_worker_heap\n"
+        "import gc, resource\n"
+        "from tidelog.spark.source import prepare_worker\n"
         "assert gc.get_freeze_count() == 0\n"
-        "freeze_worker_heap()\n"
+        "prepare_worker()\n"
         "frozen = gc.get_freeze_count()\n"
         "assert frozen > 10_000, frozen\n"
         "later = [[i] for i in range(1000)]\n"
-        "freeze_worker_heap()\n"
+        "prepare_worker()\n"
         "assert gc.get_freeze_count() == frozen\n"
+        # A fetch's buffers: a few blocks of megabytes, freed together.
+        "def faults():\n"
+        "    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "    blocks = [bytearray(8 << 20) for _ in range(3)]\n"
+        "    del blocks\n"
+        "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before\n"
+        "first = faults()\n"
+        "assert first > 5000, first\n"
+        "again = [faults() for _ in range(4)]\n"
+        "assert max(again) < 100, again\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
