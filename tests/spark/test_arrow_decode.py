@@ -204,3 +204,80 @@ def test_guess_that_fails_late_falls_back_to_the_walk(count: int) -> None:
     data = build_chunk([(0, False, list(recs)), (0, False, list(recs))])
     decoded = decode_chunk(data, "t", 0, 0, None)
     assert actual(decoded.batch, headers=False) == [r[:5] for r in reference(data, 0, None)]
+
+
+def _spy_uniform(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether each chunk was read by the uniform path."""
+    from tidelog.spark import arrow_decode
+
+    taken: list[bool] = []
+    real = arrow_decode._uniform_fields
+
+    def spy(*args: object) -> object:
+        fields = real(*args)  # type: ignore[arg-type]
+        taken.append(fields is not None)
+        return fields
+
+    monkeypatch.setattr(arrow_decode, "_uniform_fields", spy)
+    return taken
+
+
+@pytest.mark.parametrize("key", [None, b"user-0042"])
+@pytest.mark.parametrize(("ts_step", "attempts"), [(0, [True]), (3, [False, True])])
+def test_records_of_one_size_are_read_as_rows(
+    monkeypatch: pytest.MonkeyPatch, key: bytes | None, ts_step: int, attempts: list[bool]
+) -> None:
+    """A producer's records with keys and values of one size, over offset deltas whose
+    varints widen (at 64 and 8192) and timestamps that stay or move: read by the uniform
+    path, and equal to the reference decoder. Moving timestamps widen their delta varints
+    too, which the whole-batch guess does not foresee: the records are then placed by the
+    general placing and the runs read as rows after all."""
+    taken = _spy_uniform(monkeypatch)
+    recs = [(key, b"%099d" % i, [], i * ts_step, 1) for i in range(9000)]
+    data = build_chunk([(0, False, recs[:8500]), (0, True, recs[:200]), (1, False, recs[:300])])
+    decoded = decode_chunk(data, "t", 0, 0, None, include_headers=True)
+    assert taken == attempts
+    assert actual(decoded.batch) == reference(data, 0, None)
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        (b"key4", b"v" * 11, []),  # the key one byte longer, the value one byte shorter
+        (None, b"v" * 12, [("a", b"")]),  # no key, but a header
+    ],
+)
+def test_a_record_of_the_same_size_but_another_layout_is_read_right(
+    monkeypatch: pytest.MonkeyPatch, odd: tuple[bytes | None, bytes, list[tuple[str, bytes]]]
+) -> None:
+    """A record as long as the rest of its run whose fields lie elsewhere: the uniform path
+    must notice it and leave the chunk to the general path."""
+    from tidelog.records.batch import HEADER_SIZE
+    from tidelog.spark.arrow_decode import _walk
+
+    taken = _spy_uniform(monkeypatch)
+    recs = [(b"key", b"v" * 12, [], i, 1) for i in range(200)]
+    recs[150] = (*odd, 150, 1)
+    data = build_chunk([(0, False, recs)])
+    starts = _walk(data, HEADER_SIZE, len(data), 0)
+    assert starts[151] - starts[150] == starts[150] - starts[149]  # the same size
+    decoded = decode_chunk(data, "t", 0, 0, None, include_headers=True)
+    assert taken and not any(taken)
+    assert actual(decoded.batch) == reference(data, 0, None)
+
+
+def test_a_nonzero_header_count_in_a_run_is_not_read_as_zero() -> None:
+    """The header count of a record in the middle of a uniform run, corrupted (no CRC
+    check): not read as a record without headers, so its (missing) header is refused."""
+    recs = [(None, b"v" * 30, [], i, 1) for i in range(300)]
+    data = bytearray(build_chunk([(0, False, recs)]))
+    # length, attributes, timestamp and offset deltas (2 bytes each from 64 on), key length,
+    # value length, value, header count
+    record_size = 1 + 1 + 2 + 2 + 1 + 1 + 30 + 1
+    # The last byte of the last record is the header count; the one before it ends the
+    # value; go back to a record in the middle.
+    where = len(data) - 1 - 100 * record_size
+    assert data[where] == 0 and data[where - 1] == ord("v")
+    data[where] = 1
+    with pytest.raises(RecordsError):
+        decode_chunk(bytes(data), "t", 0, 0, None, verify_crc=False, include_headers=True)

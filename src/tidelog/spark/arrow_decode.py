@@ -21,11 +21,21 @@ can be avoided):
    places is walked record by record in Python. The chain is checked lane-wise in the end:
    every record ends where the next of its batch begins, and the last at the end of its
    block.
-3. Every other field is read for all records at once with numpy: varints are decoded from
-   the 4 bytes at each lane's position, read as one little-endian word (the rare longer
-   ones byte by byte); keys and values are gathered from ``buf`` by one Arrow ``take`` into
-   contiguous binary columns. Per-batch values (base offset, base timestamp, timestamp
-   type) are repeated per record.
+3. Records that come in runs of one size and one layout (a producer's records whose keys
+   and values have one size each; the runs break where a delta varint widens) are read as
+   the rows of a 2-D array per run: the head of every row is copied out as one or two
+   words and checked against the run's first record in one pass (the length, key length
+   and value length bytes equal, the delta varints of equal widths, header counts 0), the
+   deltas are read from those words, and keys and values copied out run by run. When
+   positions are only guessed, these checks also confirm them. Anything else leaves the
+   chunk to step 4.
+4. The general path reads every field for all records at once with numpy: varints are
+   decoded from the 4 bytes at each lane's position, read as one little-endian word (the
+   rare longer ones byte by byte); keys and values are gathered from ``buf`` by one Arrow
+   ``take`` into contiguous binary columns.
+
+Either way, per-batch values (base offset, base timestamp, timestamp type) are repeated per
+record.
 
 Invariants checked (anything else raises :class:`~tidelog.records.CorruptBatchError`):
 the record lengths of a batch add up to its block and the count matches ``record_count``;
@@ -40,6 +50,7 @@ bytes are skipped unparsed.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -532,8 +543,10 @@ def decode_chunk(
         size = len(data)
         buf = bytes(data) + _PAD
     else:
-        pieces: list[bytes] = []
-        at = 0
+        # One byte before the first block: every record has a byte before it (see
+        # _uniform_fields, which reads each record's head from there).
+        pieces: list[bytes] = [b"\x00"]
+        at = 1
         for pos, header in kept:
             block = records_block(data, pos, header)
             pieces.append(block)
@@ -550,48 +563,26 @@ def decode_chunk(
     last_lanes = np.cumsum(counts) - 1
     block_ends = np.array([b[1] for b in blocks], np.int64)
 
-    framed = None
-    guessed = _guess_whole(buf, blocks)
-    if guessed is not None:
-        # A wrong guess may read anything: only the general placing below reports errors.
-        with contextlib.suppress(CorruptBatchError):
-            framed = _frame(words, raw, size, guessed, last_lanes, block_ends)
-    if framed is None:
-        starts = _record_starts(buf, raw, size, blocks)
-        framed = _frame(words, raw, size, starts, last_lanes, block_ends)
-    if framed is None:
-        raise CorruptBatchError("record lengths do not add up to their batch")
-    pos_arr, end_arr = framed
-    # attributes (one byte, unused) then the timestamp delta
-    ts_delta, pos_arr = _varints(words, raw, size, pos_arr + 1, 10, "timestamp delta")
-    _check_inside(pos_arr, end_arr, "timestamp delta")
-    off_delta, pos_arr = _varints(words, raw, size, pos_arr, 5, "offset delta")
-    _check_inside(pos_arr, end_arr, "offset delta")
-    key_zz, pos_arr = _varints(words, raw, size, pos_arr, 5, "key length")
-    _check_inside(pos_arr, end_arr, "key length")
-    key_len = _zigzag(key_zz)
-    key_start = pos_arr
-    key_null = key_len == -1
-    key_bytes = np.maximum(key_len, 0)
-    pos_arr = pos_arr + key_bytes
-    _check_inside(pos_arr, end_arr, "key")
-    val_zz, pos_arr = _varints(words, raw, size, pos_arr, 5, "value length")
-    _check_inside(pos_arr, end_arr, "value length")
-    val_len = _zigzag(val_zz)
-    val_start = pos_arr
-    val_null = val_len == -1
-    val_bytes = np.maximum(val_len, 0)
-    pos_arr = pos_arr + val_bytes
-    _check_inside(pos_arr, end_arr, "value")
-    if int(key_len.min()) < -1 or int(val_len.min()) < -1:
-        raise CorruptBatchError("a record has a key or value length below -1")
-    no_headers = raw[pos_arr] == 0  # the header count (pos_arr <= size: padding)
-    # A record without headers ends right after its (zero) header count.
-    if (no_headers & (pos_arr + 1 != end_arr)).any():
-        raise CorruptBatchError("a record's fields do not add up to its length")
-    has_headers = not bool(no_headers.all())
+    starts = _guess_whole(buf, blocks)
+    fields = None if starts is None else _uniform_fields(buf, starts, block_ends, last_lanes)
+    if fields is None:
+        framed = None
+        if starts is not None:
+            # A wrong guess may read anything: only the general placing below reports errors.
+            with contextlib.suppress(CorruptBatchError):
+                framed = _frame(words, raw, size, starts, last_lanes, block_ends)
+        if framed is None:
+            starts = _record_starts(buf, raw, size, blocks)
+            framed = _frame(words, raw, size, starts, last_lanes, block_ends)
+            if framed is None:
+                raise CorruptBatchError("record lengths do not add up to their batch")
+            # Placed where the whole-batch guess was wrong (a timestamp delta varint that
+            # widens within a batch): runs of one size may still make up every batch.
+            fields = _uniform_fields(buf, starts, block_ends, last_lanes)
+        if fields is None:
+            fields = _general_fields(words, raw, size, buffer, framed)
 
-    deltas = _zigzag(off_delta)
+    deltas = fields.offset_delta
     bases = _per_record(counts, [h.base_offset for _, h in kept], np.int64)
     last_deltas = _per_record(counts, [h.last_offset_delta for _, h in kept], np.int64)
     if int(deltas.min()) < 0 or (deltas > last_deltas).any():
@@ -608,19 +599,13 @@ def decode_chunk(
     )
     if any(append_time):
         keep_delta = ~_per_record(counts, append_time, np.bool_)
-        ts_ms = ts_base + np.where(keep_delta, _zigzag(ts_delta), 0)
+        ts_ms = ts_base + np.where(keep_delta, fields.timestamp_delta, 0)
     else:
-        ts_ms = ts_base + _zigzag(ts_delta)
+        ts_ms = ts_base + fields.timestamp_delta
     timestamps = pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(ts_ms * 1000)])
     ts_type = pa.array(_per_record(counts, [int(a) for a in append_time], np.int32))
+    keys, values, has_headers = fields.keys, fields.values, fields.has_headers
 
-    if bool(key_null.all()):
-        keys = pa.nulls(n, pa.binary())
-    else:
-        keys = _gather_binary(buffer, size, key_start, key_bytes, key_null)
-    values = _gather_binary(
-        buffer, size, val_start, val_bytes, val_null if bool(val_null.any()) else None
-    )
     columns = [
         keys,
         values,
@@ -641,6 +626,251 @@ def decode_chunk(
             mask &= offsets < end
         batch = batch.filter(pa.array(mask))
     return Decoded(batch if batch.num_rows else None, next_offset, len(found))
+
+
+@dataclass(frozen=True, slots=True)
+class _Fields:
+    """Every record's fields but its offset's and timestamp's base (those are per batch)."""
+
+    timestamp_delta: Ints
+    offset_delta: Ints
+    keys: pa.Array
+    values: pa.Array
+    has_headers: bool
+
+
+def _length_prefixed(
+    words: npt.NDArray[np.uint32],
+    raw: npt.NDArray[np.uint8],
+    size: int,
+    pos: Ints,
+    end: Ints,
+    what: str,
+) -> tuple[Ints, Ints, Ints]:
+    """Lane-wise (start, length, end) of the byte strings at ``pos`` (a zigzag length
+    varint, then the bytes; -1: null), checked to stay inside their records."""
+    length_zz, start = _varints(words, raw, size, pos, 5, f"{what} length")
+    _check_inside(start, end, f"{what} length")
+    length = _zigzag(length_zz)
+    if int(length.min()) < -1:
+        raise CorruptBatchError(f"a record has a {what} length below -1")
+    after: Ints = start + np.maximum(length, 0)
+    _check_inside(after, end, what)
+    return start, length, after
+
+
+def _general_fields(
+    words: npt.NDArray[np.uint32],
+    raw: npt.NDArray[np.uint8],
+    size: int,
+    buffer: pa.Buffer,
+    framed: tuple[Ints, Ints],
+) -> _Fields:
+    """The fields of records of any shape, read lane by lane: each varint where the one
+    before it ended; keys and values gathered from ``buffer``."""
+    pos_arr, end_arr = framed
+    n = len(pos_arr)
+    # attributes (one byte, unused) then the timestamp delta
+    ts_delta, pos_arr = _varints(words, raw, size, pos_arr + 1, 10, "timestamp delta")
+    _check_inside(pos_arr, end_arr, "timestamp delta")
+    off_delta, pos_arr = _varints(words, raw, size, pos_arr, 5, "offset delta")
+    _check_inside(pos_arr, end_arr, "offset delta")
+    key_start, key_len, pos_arr = _length_prefixed(words, raw, size, pos_arr, end_arr, "key")
+    val_start, val_len, pos_arr = _length_prefixed(words, raw, size, pos_arr, end_arr, "value")
+    key_null, key_bytes = key_len == -1, np.maximum(key_len, 0)
+    val_null, val_bytes = val_len == -1, np.maximum(val_len, 0)
+    no_headers = raw[pos_arr] == 0  # the header count (pos_arr <= size: padding)
+    # A record without headers ends right after its (zero) header count.
+    if (no_headers & (pos_arr + 1 != end_arr)).any():
+        raise CorruptBatchError("a record's fields do not add up to its length")
+    if bool(key_null.all()):
+        keys = pa.nulls(n, pa.binary())
+    else:
+        keys = _gather_binary(buffer, size, key_start, key_bytes, key_null)
+    values = _gather_binary(
+        buffer, size, val_start, val_bytes, val_null if bool(val_null.any()) else None
+    )
+    return _Fields(_zigzag(ts_delta), _zigzag(off_delta), keys, values, not bool(no_headers.all()))
+
+
+# Records read as rows of a 2-D array (see _uniform_fields) only when the runs of records of
+# one size are at least this long on average; shorter runs cost more per run than they save.
+_RUN_MIN = 16
+# The smallest record: length, attributes, timestamp delta, offset delta, key length, value
+# length and header count varints of one byte each.
+_SMALLEST_RECORD = 7
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where the fields of a record without headers lie, from its first byte: the timestamp
+    and offset delta varints (position, width), where the value's bytes begin, the key's
+    bytes (position, length; -1 for null) and the value's length (-1 for null). The header
+    count, 0, is the record's last byte."""
+
+    timestamp: tuple[int, int]
+    offset: tuple[int, int]
+    value_at: int
+    key: tuple[int, int]
+    value_length: int
+
+
+def _layout(buf: bytes, p: int, size: int) -> _Layout | None:
+    """The layout of the record of ``size`` bytes at ``p`` if it has no headers and its
+    fields fill it exactly; None otherwise (the general path decides what is wrong)."""
+    end = p + size
+    try:
+        _, q = _slow_uvarint(buf, p, 5, "record length")
+        t = q + 1  # after the attributes byte
+        _, o = _slow_uvarint(buf, t, 10, "timestamp delta")
+        _, k = _slow_uvarint(buf, o, 5, "offset delta")
+        key_zz, kd = _slow_uvarint(buf, k, 5, "key length")
+        key_len = (key_zz >> 1) ^ -(key_zz & 1)
+        value_zz, vd = _slow_uvarint(buf, kd + max(key_len, 0), 5, "value length")
+        value_len = (value_zz >> 1) ^ -(value_zz & 1)
+    except CorruptBatchError:
+        return None
+    h = vd + max(value_len, 0)
+    if key_len < -1 or value_len < -1 or h + 1 != end or buf[h] != 0:
+        return None
+    return _Layout((t - p, o - t), (o - p, k - o), vd - p, (kd - p, key_len), value_len)
+
+
+def _word_varint(words: npt.NDArray[np.uint64], at: int, width: int) -> Ints:
+    """Zigzag-decoded varints of ``width`` bytes from byte ``at`` of each row of
+    little-endian ``words`` (rows of one or two words)."""
+    value = np.zeros(len(words), np.uint64)
+    for i in range(width):
+        byte = (words[:, (at + i) // 8] >> np.uint64(8 * ((at + i) % 8))) & np.uint64(0x7F)
+        value |= byte << np.uint64(7 * i)
+    return _zigzag(value)
+
+
+def _byte_mask(width: int, spans: Sequence[tuple[int, int, int]]) -> npt.NDArray[np.uint64]:
+    """Little-endian words of ``width`` bytes with (first byte, bytes, bits of each byte)
+    spans set."""
+    mask = np.zeros(width, np.uint8)
+    for at, count, bits in spans:
+        mask[at : at + count] = bits
+    return mask.view("<u8")
+
+
+def _binary_column(parts: list[tuple[npt.NDArray[Any], int, int]], n: int) -> pa.Array:
+    """A binary column of ``n`` rows from runs of (each row's bytes as one item, rows,
+    length), in order; a length of -1 stands for nulls."""
+    lengths = np.array([max(length, 0) for _, _, length in parts], np.int64)
+    rows = np.array([m for _, m, _ in parts], np.int64)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.repeat(lengths.astype(np.int32), rows), out=offsets[1:])
+    total = int((lengths * rows).sum())
+    if total >= 1 << 31:
+        raise CorruptBatchError(f"a chunk of {total} value bytes is too large for one column")
+    data = np.empty(total, np.uint8)
+    at = 0
+    for items, m, length in parts:
+        if length > 0:
+            data[at : at + m * length].view(items.dtype)[...] = items
+            at += m * length
+    validity = None
+    if any(length == -1 for _, _, length in parts):
+        valid = np.repeat(np.array([length != -1 for _, _, length in parts]), rows)
+        validity = pa.array(valid).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _items(buf: bytes, at: int, rows: int, width: int, stride: int) -> npt.NDArray[Any]:
+    """``rows`` items of ``width`` bytes at ``at``, ``at + stride``, ... of ``buf``, each
+    one opaque item (numpy copies such an item as one block)."""
+    return np.ndarray((rows,), f"V{width}", buffer=buf, offset=at, strides=(stride,))
+
+
+def _uniform_fields(buf: bytes, starts: Ints, block_ends: Ints, last_lanes: Ints) -> _Fields | None:
+    """The fields of records at the guessed ``starts`` if they come in runs of one size and
+    one layout (a producer's records with keys and values of one size each), read run by run
+    as the rows of a 2-D array; None when the records are not like that (or the guess is
+    wrong), for the general path to place and read them.
+
+    A run is a stretch of the records of one batch whose guessed sizes are equal. The first
+    record of a run gives the layout (where each field lies, filling the record exactly);
+    every row of the run is checked to have it: its length, key length and value length
+    varints are byte for byte the first record's, the previous record's header count is 0,
+    and its timestamp and offset delta varints have the first record's widths. A row whose
+    length is the run's then ends where the next row begins, and the last record of every
+    batch ends its block: the guessed positions are the records' positions.
+    Two words of every row are copied out (its head and its value length), and keys and
+    values run by run, each row's as one block.
+    """
+    n = len(starts)
+    sizes = np.empty(n, np.int64)
+    sizes[:-1] = starts[1:] - starts[:-1]
+    sizes[last_lanes] = block_ends - starts[last_lanes]
+    cut = np.empty(n, np.bool_)
+    cut[0] = True
+    cut[1:] = sizes[1:] != sizes[:-1]
+    cut[last_lanes[:-1] + 1] = True
+    firsts = np.flatnonzero(cut)
+    if len(firsts) * _RUN_MIN > n:
+        return None
+    bounds = [*firsts.tolist(), n]
+    timestamp: list[Ints] = []
+    offset: list[Ints] = []
+    keys: list[tuple[npt.NDArray[Any], int, int]] = []
+    values: list[tuple[npt.NDArray[Any], int, int]] = []
+    for a, b in itertools.pairwise(bounds):
+        p, size, m = int(starts[a]), int(sizes[a]), b - a
+        if size < _SMALLEST_RECORD or p < 1:
+            return None
+        layout = _layout(buf, p, size)
+        if layout is None:
+            return None
+        # Of every row: its head, from the byte before it (the previous record's header
+        # count) to the key length varint, in one or two 8-byte words, and the value length
+        # varint in one. Longer heads are left to the general path.
+        key_at, key_len = layout.key
+        value_length_at = key_at + max(key_len, 0)
+        if key_at > 15:
+            return None
+        head_width = 8 if key_at <= 7 else 16
+        head = _items(buf, p - 1, m, head_width, size).copy().view("<u8").reshape(m, -1)
+        tail = _items(buf, p + value_length_at, m, 8, size).copy().view("<u8").reshape(m, 1)
+        ts_at, ts_width = layout.timestamp
+        od_at, od_width = layout.offset
+        head_mask = _byte_mask(
+            head_width,
+            [
+                (1, ts_at - 1, 0xFF),  # record length
+                (1 + ts_at, ts_width, 0x80),  # same widths, any value
+                (1 + od_at, od_width, 0x80),
+                (1 + od_at + od_width, key_at - od_at - od_width, 0xFF),  # key length
+            ],
+        )
+        tail_mask = _byte_mask(8, [(0, layout.value_at - value_length_at, 0xFF)])
+        if (
+            bool(((head ^ head[0]) & head_mask).any())
+            or bool(((tail ^ tail[0]) & tail_mask).any())
+            or bool((head[1:, 0] & np.uint64(0xFF)).any())  # header counts
+            or buf[p + m * size - 1] != 0  # the last row's
+        ):
+            return None
+        timestamp.append(_word_varint(head, 1 + ts_at, ts_width))
+        offset.append(_word_varint(head, 1 + od_at, od_width))
+        keys.append((_items(buf, p + key_at, m, max(key_len, 1), size), m, key_len))
+        value_len = layout.value_length
+        values.append((_items(buf, p + layout.value_at, m, max(value_len, 1), size), m, value_len))
+    key_column = (
+        pa.nulls(n, pa.binary())
+        if all(length == -1 for _, _, length in keys)
+        else _binary_column(keys, n)
+    )
+    return _Fields(
+        np.concatenate(timestamp),
+        np.concatenate(offset),
+        key_column,
+        _binary_column(values, n),
+        False,
+    )
 
 
 def _check_inside(pos: Ints, end: Ints, what: str) -> None:
