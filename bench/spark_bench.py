@@ -12,10 +12,11 @@ on ``local[2]``:
   built before the run -> ``count()``: what any ``pyspark.sql.datasource`` source can
   reach here (Python worker round trips, Arrow transfer to the JVM, rows in the JVM)
 
-Each figure is the best of ``--repeat`` runs after one warm-up run. Prints a table and a final
-JSON line. Usage: ``.venv/bin/python bench/spark_bench.py [--records N] [--repeat 3]
-[--option NAME=VALUE ...]`` (source options for the tidelog reads, e.g.
-``--option maxRecordsPerPartition=170000``).
+Each figure is the best of ``--repeat`` rounds after one warm-up round; a round runs every
+scenario once. Prints a table and a final JSON line. Usage: ``.venv/bin/python bench/spark_bench.py [--records N] [--repeat 3]
+[--option NAME=VALUE ...] [--count-only]`` (source options for the tidelog reads, e.g.
+``--option maxRecordsPerPartition=170000``; ``--count-only`` times the tidelog ``count()``
+and the floor source only, for comparing two versions of the reader run after run).
 """
 
 from __future__ import annotations
@@ -138,15 +139,56 @@ def python_floor_source(n: int, partitions: int, batch_rows: int = 65_536) -> ty
     return Floor
 
 
-def best(runs: int, action: Callable[[], Any]) -> tuple[float, Any]:
-    action()  # warm-up: Python workers, JIT, page cache
-    times = []
-    result = None
-    for _ in range(runs):
-        started = time.perf_counter()
-        result = action()
-        times.append(time.perf_counter() - started)
-    return min(times), result
+def timed_rounds(rounds: int, scenarios: dict[str, Callable[[], Any]]) -> dict[str, float]:
+    """The best time of each scenario over ``rounds`` rounds, each round running every
+    scenario once, in order, after one warm-up round.
+
+    Rounds rather than one scenario's runs back to back: the JVM keeps compiling the code
+    that turns Arrow batches into rows for many queries, and a scenario measured after
+    others would otherwise find it faster than the one measured first.
+    """
+    for action in scenarios.values():
+        action()  # warm-up: Python workers, JIT, page cache
+    times: dict[str, list[float]] = {name: [] for name in scenarios}
+    for _ in range(rounds):
+        for name, action in scenarios.items():
+            started = time.perf_counter()
+            action()
+            times[name].append(time.perf_counter() - started)
+    return {name: min(t) for name, t in times.items()}
+
+
+def expect_rows(what: str, action: Callable[[], int], n: int) -> Callable[[], int]:
+    """``action``, checked to count ``n`` rows every time it runs."""
+
+    def checked() -> int:
+        rows = action()
+        if rows != n:
+            raise RuntimeError(f"{what} counted {rows} rows, expected {n}")
+        return rows
+
+    return checked
+
+
+def scenarios(
+    spark: Any, df: Any, floor: Any, parquet: Path, n: int, count_only: bool
+) -> dict[str, Callable[[], Any]]:
+    """What is timed, by figure name: the tidelog read into ``count()`` (and into Parquet),
+    Spark's own sources (``range``, that Parquet read back) and the floor source."""
+    timed: dict[str, Callable[[], Any]] = {
+        "tidelog_count": expect_rows("the tidelog source", df.count, n)
+    }
+    if not count_only:
+        timed["tidelog_to_parquet"] = lambda: df.write.mode("overwrite").parquet(str(parquet))
+        timed["spark_range_count"] = lambda: spark.range(n).count()
+        # Touch every column so the scan cannot be answered from metadata.
+        timed["parquet_read_count"] = expect_rows(
+            "the Parquet read",
+            lambda: int(spark.read.parquet(str(parquet)).where("length(value) >= 0").count()),
+            n,
+        )
+    timed["python_source_floor_count"] = expect_rows("the floor source", floor.count, n)
+    return timed
 
 
 def main() -> None:
@@ -155,6 +197,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--option", action="append", default=[], metavar="NAME=VALUE", help="a source option"
+    )
+    parser.add_argument(
+        "--count-only", action="store_true", help="time the count() and the floor source only"
     )
     args = parser.parse_args()
     extra = dict(item.split("=", 1) for item in args.option)
@@ -185,39 +230,10 @@ def main() -> None:
             .options(**extra)
             .load()
         )
-        figures: dict[str, float] = {}
-
-        count_s, counted = best(args.repeat, df.count)
-        if counted != n:
-            raise RuntimeError(f"counted {counted} records, expected {n}")
-        figures["tidelog_count"] = n / count_s
-
-        parquet = work / "parquet"
-
-        def to_parquet() -> None:
-            df.write.mode("overwrite").parquet(str(parquet))
-
-        parquet_write_s, _ = best(args.repeat, to_parquet)
-        figures["tidelog_to_parquet"] = n / parquet_write_s
-
-        range_s, _ = best(args.repeat, lambda: spark.range(n).count())
-        figures["spark_range_count"] = n / range_s
-
-        def parquet_read() -> int:
-            # Touch every column so the scan cannot be answered from metadata.
-            return int(spark.read.parquet(str(parquet)).where("length(value) >= 0").count())
-
-        parquet_read_s, read_back = best(args.repeat, parquet_read)
-        if read_back != n:
-            raise RuntimeError(f"Parquet holds {read_back} rows, expected {n}")
-        figures["parquet_read_count"] = n / parquet_read_s
-
         spark.dataSource.register(python_floor_source(n, 3))
         floor = spark.read.format("arrow_floor").load()
-        floor_s, floor_rows = best(args.repeat, floor.count)
-        if floor_rows != n:
-            raise RuntimeError(f"the floor source gave {floor_rows} rows, expected {n}")
-        figures["python_source_floor_count"] = n / floor_s
+        timed = scenarios(spark, df, floor, work / "parquet", n, args.count_only)
+        figures = {name: n / seconds for name, seconds in timed_rounds(args.repeat, timed).items()}
         spark.stop()
     finally:
         broker.terminate()
