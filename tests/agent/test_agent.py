@@ -272,3 +272,50 @@ def test_age_of_the_oldest_event_survives_a_restart(tmp_path: Path) -> None:
         assert row0["depth"] == row1["depth"] == 1
         assert row0["oldest_age_s"] >= 3600
         assert 1.0 <= row1["oldest_age_s"] < 3600
+
+
+def test_a_waiting_sender_is_woken_and_a_busy_one_left_alone(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """Bursts from 4 threads with pauses between them, so that the sender goes idle again
+    and again: every burst is delivered (no wake-up is lost), and the event loop was woken
+    fewer times than the queue synced (syncs while the sender was busy woke nobody)."""
+    import threading
+
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    with Agent({"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}) as agent:
+        agent.send(topic, b"first", partition=0)
+        assert agent.flush(30)
+        (sender,) = agent._senders.values()
+        wakes = 0
+        real_wake = sender.wake
+
+        def counted_wake() -> None:
+            nonlocal wakes
+            wakes += 1
+            real_wake()
+
+        sender.wake = counted_wake  # type: ignore[method-assign]
+        queue = sender.queue
+        syncs_before = queue.fsyncs
+        for burst in range(20):
+
+            def send_some(thread: int, burst: int = burst) -> None:
+                for i in range(10):
+                    agent.send(topic, b"%d-%d-%d" % (burst, thread, i), partition=0)
+
+            threads = [threading.Thread(target=send_some, args=(t,)) for t in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            deadline = time.monotonic() + 30
+            while queue.depth() > 0:
+                assert time.monotonic() < deadline, f"burst {burst} was not delivered"
+                time.sleep(0.005)
+            time.sleep(0.02)  # the sender waits for entries again
+        syncs = queue.fsyncs - syncs_before
+        assert 0 < wakes < syncs
+        records = read_topic(broker.bootstrap, topic, 1)
+        assert len(records[0]) == 1 + 20 * 4 * 10

@@ -329,10 +329,7 @@ class Agent:
             self._senders[key] = sender
             loop = self.loop
 
-            def wake() -> None:
-                loop.call_soon_threadsafe(sender.wake)
-
-            queue.on_durable = wake
+            queue.on_durable = functools.partial(sender.wake_from_thread, loop)
             # Not waited for: the caller may be the loop itself.
             loop.call_soon_threadsafe(sender.start)
             self._queues[key] = queue

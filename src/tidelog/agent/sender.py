@@ -111,6 +111,10 @@ class Sender:
         self.batch: _Batch | None = None
         self.must_resolve = self.producer_id >= 0 and queue.durable_n > c.read_n
         self.wakeup = asyncio.Event()
+        # Set while the sender waits for entries (from before its last look at the queue):
+        # only then does a sync need to wake it. ``wake_pending``: a wake-up is on its way.
+        self.idle = False
+        self.wake_pending = False
         self.task: asyncio.Task[None] | None = None
         self.closed = False
         self.callbacks: dict[int, Any] = {}
@@ -128,7 +132,19 @@ class Sender:
         self.task = asyncio.get_running_loop().create_task(self.run())
 
     def wake(self) -> None:
+        self.wake_pending = False
         self.wakeup.set()
+
+    def wake_from_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called by a thread that made entries durable: wake the sender if it waits.
+
+        A busy sender reads the queue again before it waits, so it is left alone: a wake-up
+        costs the event loop a round trip and the appending thread a write to the loop's
+        self-pipe, per sync, on the path of every durable acknowledgement.
+        """
+        if self.idle and not self.wake_pending:
+            self.wake_pending = True
+            loop.call_soon_threadsafe(self.wake)
 
     async def stop(self) -> None:
         self.closed = True
@@ -162,8 +178,13 @@ class Sender:
                 self.last_error = ""
             else:
                 self.wakeup.clear()
-                if not self._has_data():
-                    await self.wakeup.wait()
+                # Idle before the last look: entries made durable after it see the flag.
+                self.idle = True
+                try:
+                    if not self._has_data():
+                        await self.wakeup.wait()
+                finally:
+                    self.idle = False
 
     def _has_data(self) -> bool:
         return self.batch is not None or self.queue.durable_n > max(
