@@ -196,7 +196,11 @@ def test_four_clients_100k_events_five_agent_kills_two_broker_outages(
         deadline = time.monotonic() + 120
         while progress.total() < total * fraction:
             assert time.monotonic() < deadline, "clients made no progress"
-            assert all(t.is_alive() for t in threads) or progress.total() >= total
+            # One client may finish before the others (it got more CPU); only when all
+            # have finished can the fraction no longer be reached.
+            assert any(t.is_alive() for t in threads), (
+                f"every client finished with {progress.total()} of {total} events acknowledged"
+            )
             time.sleep(0.005)
 
     def kill_agent() -> None:
