@@ -258,6 +258,69 @@ def test_a_lone_caller_syncs_on_its_own_thread(tmp_path: Path) -> None:
     q.close()
 
 
+def test_with_the_real_fdatasync_each_sync_is_one_dsync_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default queue writes a sync's entries with RWF_DSYNC (durable when the write
+    returns) and calls no fdatasync for them; what it wrote reads back after a reopen."""
+    if not hasattr(os, "RWF_DSYNC"):
+        pytest.skip("this system has no RWF_DSYNC")
+    q = DiskQueue.open(tmp_path / "q")
+    dsync_writes: list[int] = []
+    fdatasyncs: list[int] = []
+    real_pwritev, real_fdatasync = os.pwritev, os.fdatasync
+
+    def pwritev(fd: int, buffers: list[memoryview], at: int, flags: int = 0) -> int:
+        if flags & os.RWF_DSYNC:
+            dsync_writes.append(fd)
+        return real_pwritev(fd, buffers, at, flags)
+
+    def fdatasync(fd: int) -> None:
+        fdatasyncs.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(queue_module.os, "pwritev", pwritev)
+    monkeypatch.setattr(queue_module.os, "fdatasync", fdatasync)
+    for i in range(5):
+        assert q.append([body(i)]) == i
+    assert len(dsync_writes) == 5 and not fdatasyncs
+    assert q.fsyncs == 5 and q.durable_n == 5
+    q.close()
+    reopened = DiskQueue.open(tmp_path / "q")
+    assert read_all(reopened) == [(i, body(i)) for i in range(5)]
+    reopened.close()
+
+
+def test_a_file_system_without_dsync_writes_falls_back_to_fdatasync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not hasattr(os, "RWF_DSYNC"):
+        pytest.skip("this system has no RWF_DSYNC")
+    import errno
+
+    q = DiskQueue.open(tmp_path / "q")
+    fdatasyncs: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def refuse(fd: int, buffers: list[memoryview], at: int, flags: int = 0) -> int:
+        raise OSError(errno.EOPNOTSUPP, "not supported")
+
+    def fdatasync(fd: int) -> None:
+        fdatasyncs.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(queue_module.os, "pwritev", refuse)
+    monkeypatch.setattr(queue_module.os, "fdatasync", fdatasync)
+    q._fsync = fdatasync  # the queue calls the sync function it was given
+    for i in range(3):
+        assert q.append([body(i)]) == i
+    assert len(fdatasyncs) == 3
+    q.close()
+    reopened = DiskQueue.open(tmp_path / "q")
+    assert read_all(reopened) == [(i, body(i)) for i in range(3)]
+    reopened.close()
+
+
 def test_a_failed_sync_fails_every_waiter_and_the_queue(tmp_path: Path) -> None:
     fsync = HeldFsync(hold=2, fail_from=2)
     q = DiskQueue.open(tmp_path / "q", fsync=fsync)
