@@ -421,9 +421,60 @@ def test_drop_oldest_policy_counts_and_keeps_newest(tmp_path: Path) -> None:
     # The budget holds up to one segment of overshoot.
     total = sum(p.stat().st_size for p in segments(tmp_path / "q"))
     assert total <= 40_000 + 8192
+    dropped = list(q.dropped_ranges)
+    assert dropped[0][0] == 0 and dropped[-1][1] == numbers[0]
     q.close()
     q = DiskQueue.open(tmp_path / "q", max_bytes=40_000, segment_bytes=8192, policy="drop-oldest")
     assert [n for n, _ in read_all(q)] == numbers
+    # What was dropped is known across the restart, for event queries.
+    assert list(q.dropped_ranges) == dropped
+    q.close()
+
+
+def test_dropped_ranges_load_only_durable_skips_and_cut_a_torn_record(tmp_path: Path) -> None:
+    """A record of a drop whose cursor never made it (a crash between the two) is not a
+    drop, nor is a torn record: both are cut, so that later drops (and skips past them)
+    never make them count."""
+    kwargs: dict = {"max_bytes": 40_000, "segment_bytes": 8192, "policy": "drop-oldest"}
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    for i in range(600):
+        q.append([body(i, 100)])
+    dropped = list(q.dropped_ranges)
+    skip_n = q.cursor.skip_n
+    q.close()
+    path = tmp_path / "q" / queue_module.DROPPED_RANGES
+    intact = path.read_bytes()
+    # A drop beyond the cursor's skip position, then half a record.
+    path.write_bytes(intact + queue_module._dropped_record(skip_n, skip_n + 50) + b"\x01" * 7)
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    assert list(q.dropped_ranges) == dropped
+    assert path.read_bytes() == intact
+    for i in range(600, 1200):
+        q.append([body(i, 100)])
+    more = list(q.dropped_ranges)
+    assert len(more) > len(dropped)
+    q.close()
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    assert list(q.dropped_ranges) == more
+    q.close()
+
+
+def test_the_dropped_ranges_file_keeps_the_newest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At twice the number kept, the file is rewritten with the newest ranges only."""
+    monkeypatch.setattr(queue_module, "DROPPED_RANGES_KEPT", 3)
+    kwargs: dict = {"max_bytes": 40_000, "segment_bytes": 8192, "policy": "drop-oldest"}
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    for i in range(2000):
+        q.append([body(i, 100)])
+    kept = list(q.dropped_ranges)
+    assert len(kept) == 3 and q.dropped > kept[-1][1] - kept[0][0]
+    q.close()
+    records = (tmp_path / "q" / queue_module.DROPPED_RANGES).stat().st_size
+    assert records <= 6 * queue_module._DROPPED.size
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    assert list(q.dropped_ranges) == kept
     q.close()
 
 

@@ -46,6 +46,11 @@ sequence that entry gets, ``producer_*`` the idempotent producer of the queue. `
 marks entries dropped by the drop-oldest policy: the sender continues at ``max(read, skip)``
 once the batch it may have in flight at ``read`` is done.
 
+``dropped`` lists the entry-number ranges skipped by drop-oldest, ``first u64 | end u64 |
+crc u32`` per drop, synced before the cursor that skips them; at load, the file is cut at
+the first record beyond the cursor's ``skip_n`` (a crash between the two leaves a record of a
+drop that did not happen), so event queries answer ``dropped`` across restarts.
+
 Offset index ``offsets`` (and ``offsets.old``): one record per batch the broker acknowledged,
 ``first u64 | count u32 | base_offset i64 | crc u32``, written (not synced) before the cursor
 that makes the batch delivered; rotated at :data:`OFFSET_INDEX_RECORDS` records, so the last
@@ -101,6 +106,13 @@ SEGMENT_SUFFIX = ".q"
 ZEROS_AHEAD = 1 << 20
 _ZEROS = bytes(ZEROS_AHEAD)
 
+# Entry-number ranges dropped by drop-oldest: ``first u64 | end u64 | crc u32`` per drop,
+# appended and synced before the cursor that skips them; the newest DROPPED_RANGES_KEPT are
+# kept (the file is rewritten with those when it holds twice as many).
+_DROPPED = struct.Struct(">QQI")
+DROPPED_RANGES = "dropped"
+DROPPED_RANGES_KEPT = 10_000
+
 # The offset index: one record per acknowledged batch (see the module docstring).
 _OFFSET = struct.Struct(">QIqI")
 OFFSET_INDEX = "offsets"
@@ -136,6 +148,38 @@ def encode_entries(first: int, bodies: Sequence[bytes | memoryview]) -> bytes:
         append(body)
         number += 1
     return b"".join(parts)
+
+
+def _read_records(path: Path, layout: struct.Struct) -> tuple[list[tuple[int, ...]], int]:
+    """The fixed-size records at the start of ``path`` whose last field, a CRC-32C of the
+    bytes before it, checks (without that field), up to the first that does not; and the
+    file's size (0 when there is no file)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    records: list[tuple[int, ...]] = []
+    size = layout.size
+    at = 0
+    while at + size <= len(data):
+        *fields, crc = layout.unpack_from(data, at)
+        if crc32c(data[at : at + size - 4]) != crc:
+            break
+        records.append(tuple(fields))
+        at += size
+    return records, len(data)
+
+
+def _cut_after(path: Path, good: int, size: int) -> None:
+    """Cut ``path`` (of ``size`` bytes) after its first ``good`` bytes, saying so."""
+    if good < size:
+        _log.warning("%s: cutting %d bytes after its last good record", path, size - good)
+        os.truncate(path, good)
+
+
+def _dropped_record(first: int, end: int) -> bytes:
+    raw = _DROPPED.pack(first, end, 0)[:-4]
+    return raw + struct.pack(">I", crc32c(raw))
 
 
 class QueueSealed(Exception):
@@ -261,8 +305,11 @@ class DiskQueue:
         self.corrupt = 0
         self.fsyncs = 0
         self.truncated_bytes = 0
-        # Entry-number ranges [from, to) dropped since the start, for event queries.
-        self.dropped_ranges: collections.deque[tuple[int, int]] = collections.deque(maxlen=10_000)
+        # Entry-number ranges [from, to) dropped, for event queries (kept in ``dropped``).
+        self.dropped_ranges: collections.deque[tuple[int, int]] = collections.deque(
+            maxlen=DROPPED_RANGES_KEPT
+        )
+        self._dropped_records = 0
         self._oldest_time: collections.deque[tuple[int, float]] = collections.deque()
         # Entries below this number were there at start: their age comes from the entries.
         self._recovered_n = 0
@@ -327,6 +374,7 @@ class DiskQueue:
         os.fdatasync(self._fd)
         self._recovered_n = self.durable_n
         self._load_index()
+        self._load_dropped()
 
     def _scan_tail(self, seg: Segment) -> tuple[int, int]:
         """Check every entry of the newest segment; cut a torn tail. Returns (end, end_n)."""
@@ -554,6 +602,7 @@ class DiskQueue:
         if nxt.first_n > start_n:
             self.dropped += nxt.first_n - start_n
             self.dropped_ranges.append((start_n, nxt.first_n))
+            self._record_dropped_locked(start_n, nxt.first_n)
         self.cursor.skip_pos, self.cursor.skip_n = nxt.base, nxt.first_n
         self._write_cursor_locked()
         self._delete_segments_locked()
@@ -858,28 +907,58 @@ class DiskQueue:
         current = self.directory / OFFSET_INDEX
         records: list[tuple[int, int, int]] = []
         for path in (old, current):
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                continue
-            good = 0
-            size = _OFFSET.size
-            while good + size <= len(data):
-                first, count, base, crc = _OFFSET.unpack_from(data, good)
-                if crc32c(data[good : good + size - 4]) != crc:
-                    break
-                records.append((first, count, base))
-                good += size
+            found, size = _read_records(path, _OFFSET)
+            records.extend((first, count, base) for first, count, base in found)
             if path is current:
-                self._index_records = good // size
-                if good != len(data):
-                    # A record torn by a crash: only offsets, the cursor says what was delivered.
-                    _log.warning("%s: cutting %d bytes of torn tail", path, len(data) - good)
-                    os.truncate(path, good)
+                self._index_records = len(found)
+                # A record torn by a crash: only offsets, the cursor says what was delivered.
+                _cut_after(path, len(found) * _OFFSET.size, size)
         records.sort()
         self._delivered_first = [r[0] for r in records]
         self._delivered = [(r[1], r[2]) for r in records]
         self._index_fd = os.open(current, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+
+    def _load_dropped(self) -> None:
+        """The dropped ranges whose skip is durable. The file is cut at a torn record and at
+        a record of a drop the cursor never skipped (a crash between the two): that drop
+        did not happen, and a later one must not make the record count."""
+        path = self.directory / DROPPED_RANGES
+        found, size = _read_records(path, _DROPPED)
+        kept = 0
+        for first, end in found:
+            if first >= end or end > self.cursor.skip_n:
+                break
+            self.dropped_ranges.append((first, end))
+            kept += 1
+        self._dropped_records = kept
+        _cut_after(path, kept * _DROPPED.size, size)
+
+    def _record_dropped_locked(self, first: int, end: int) -> None:
+        """Make the drop of entries [first, end) durable before the cursor skips them."""
+        path = self.directory / DROPPED_RANGES
+        if self._dropped_records >= 2 * DROPPED_RANGES_KEPT:
+            # Rewrite with the ranges kept (this one included), then replace atomically.
+            fresh = self.directory / (DROPPED_RANGES + ".new")
+            data = b"".join(_dropped_record(f, e) for f, e in self.dropped_ranges)
+            fd = os.open(fresh, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(fresh, path)
+            self._sync_dir()
+            self._dropped_records = len(self.dropped_ranges)
+            return
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, _dropped_record(first, end))
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+        if self._dropped_records == 0:
+            self._sync_dir()  # the file is new
+        self._dropped_records += 1
 
     def _record_delivery(self, first: int, count: int, base: int) -> None:
         raw = _OFFSET.pack(first, count, base, 0)
