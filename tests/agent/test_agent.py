@@ -16,6 +16,7 @@ from interop_broker import BrokerProcess, free_port
 from tidelog.agent import (
     Agent,
     AgentClient,
+    AgentError,
     AgentServer,
     AsyncAgentClient,
     EventId,
@@ -319,3 +320,51 @@ def test_a_waiting_sender_is_woken_and_a_busy_one_left_alone(
         assert 0 < wakes < syncs
         records = read_topic(broker.bootstrap, topic, 1)
         assert len(records[0]) == 1 + 20 * 4 * 10
+
+
+def test_explicit_partitions_are_checked_and_never_set_the_partition_count(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(data)}
+    with Agent(config) as agent:
+        for bad in (-1, -7, True, 2**31, "0", 1.0):
+            with pytest.raises(AgentError, match="partition must be an integer"):
+                agent.send("t", b"x", partition=bad)  # type: ignore[arg-type]
+            with pytest.raises(AgentError, match="partition must be an integer"):
+                agent.send_many("t", [(None, b"x")], partition=bad)  # type: ignore[arg-type]
+        assert not list((data / "queues").iterdir())
+        # An explicit partition of a topic the cluster has not described yet is queued...
+        assert agent.send("fresh", b"p", partition=5) == EventId("fresh", 5, 0)
+        # ...without making up a partition count: keyed events wait, parked, for the real
+        # one instead of being hashed over six partitions the topic may not have.
+        assert agent.partition_count("fresh") is None
+        assert agent.send("fresh", b"k", key=b"key").partition == -1
+    # A known count (as metadata left it in topics.json) is not raised by a partition past it.
+    (data / "topics.json").write_text('{"known": 3}')
+    with Agent(config) as agent:
+        assert agent.send("known", b"p", partition=7).partition == 7
+        assert agent.partition_count("known") == 3
+        for key in (b"a", b"b", b"c", b"d", b"e"):
+            event = agent.send("known", b"v", key=key)
+            assert event.partition == partition_for_key(key, 3)
+
+
+def test_the_socket_client_checks_partitions_and_the_server_refuses_bad_ones(
+    tmp_path: Path,
+) -> None:
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "d")}
+    with Agent(config) as agent:
+        server = AgentServer(agent, tmp_path / "agent.sock")
+        server.start()
+        try:
+            with AgentClient(tmp_path / "agent.sock") as client:
+                for bad in (-1, 2**31, False):
+                    with pytest.raises(AgentError, match="partition must be an integer"):
+                        client.send("t", b"x", partition=bad)
+                    with pytest.raises(AgentError, match="partition must be an integer"):
+                        client.send_many("t", [(None, b"x")], partition=bad)
+                ids = client.send_many("t", [(None, b"a"), (b"k", b"b")], partition=2)
+                assert ids == [EventId("t", 2, 0), EventId("t", 2, 1)]
+        finally:
+            server.stop()

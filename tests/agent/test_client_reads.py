@@ -47,7 +47,9 @@ def test_threads_sharing_one_client_with_futures(tmp_path: Path) -> None:
                 for i in range(150):
                     futures.append(client.submit("t", b"f-%d" % i, partition=0))
                     if i % 50 == 0:
-                        batches.append(client.submit_many("t", [(None, b"m-%d" % i)] * 10))
+                        batches.append(
+                            client.submit_many("t", [(None, b"m-%d" % i)] * 10, partition=0)
+                        )
 
             threads = [threading.Thread(target=sender, args=(f"s{n}",)) for n in range(6)]
             threads.append(threading.Thread(target=submitter))

@@ -13,10 +13,12 @@ from tidelog.agent.server import AgentServer
 from tidelog.agent.wire import (
     BAD_REQUEST,
     OK,
+    OP_QUERY,
     OP_SEND,
     OP_STATUS,
     RESPONSE_HEAD,
     SEND_ACK,
+    encode_number,
     encode_request,
     encode_topic_partition,
 )
@@ -121,3 +123,17 @@ def test_a_frame_of_impossible_size_closes_the_connection(tmp_path: Path) -> Non
     replies: list[bytes] = []
     assert server._handle(bytearray(b"\x00\x00\x00\x02xx"), replies) is None
     assert replies == []
+
+
+def test_a_partition_below_minus_one_is_refused(tmp_path: Path) -> None:
+    agent = RecordingAgent()
+    server = AgentServer(agent, tmp_path / "unused.sock")  # type: ignore[arg-type]
+    body = encode_body(None, b"v", None, 0)
+    query = encode_request(OP_QUERY, 3, encode_topic_partition("a", -5) + encode_number(0))
+    replies: list[bytes] = []
+    chunk = send(1, "a", -2, body) + query + send(2, "a", 4, body)
+    assert server._handle(bytearray(chunk), replies) == len(chunk)
+    got = answers(b"".join(replies))
+    assert [(r, status) for r, status, _ in got] == [(1, BAD_REQUEST), (3, BAD_REQUEST), (2, OK)]
+    assert b"partition -2" in got[0][2] and b"partition -5" in got[1][2]
+    assert [(t, p) for t, p, _ in agent.stored] == [("a", 4)]

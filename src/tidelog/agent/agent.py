@@ -47,6 +47,7 @@ from tidelog.agent.event import Headers, encode_bodies, encode_body
 from tidelog.agent.parking import ParkedTopic
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
 from tidelog.agent.sender import Sender
+from tidelog.agent.wire import check_partition
 from tidelog.client.cluster import ClusterClient
 from tidelog.client.config import parse_config
 from tidelog.client.errors import ClientError, ConfigError
@@ -322,9 +323,9 @@ class Agent:
                 max_entry_bytes=self.config["max.request.size"],
                 fsync=self.fsync,
             )
-            known = self._topics.get(topic)
-            if known is None or known.count <= partition:
-                self._topics[topic] = _Partitions(partition + 1, tuple(range(partition + 1)))
+            # An explicit partition says nothing of the topic's partition count: the count
+            # the partitioner uses comes from metadata only (_learn), or keyed events would
+            # be hashed over partitions the topic may not have.
             sender = Sender(self, queue, topic, partition)
             self._senders[key] = sender
             loop = self.loop
@@ -437,6 +438,8 @@ class Agent:
         """
         if self._closed:
             raise AgentClosedError("the agent is closed")
+        if partition is not None:
+            check_partition(partition)
         body = encode_body(
             key, value, headers, int(time.time() * 1000) if timestamp is None else timestamp
         )
@@ -481,6 +484,8 @@ class Agent:
         """
         if self._closed:
             raise AgentClosedError("the agent is closed")
+        if partition is not None:
+            check_partition(partition)
         if partition is None:
             parked = self._parking(topic)
             if parked is not None:

@@ -40,6 +40,7 @@ from tidelog.agent.wire import (
     RESPONSE_HEAD,
     SEND_ACK,
     STATES,
+    check_partition,
     encode_number,
     encode_request,
     encode_topic_partition,
@@ -57,7 +58,7 @@ def _send_payload(
     timestamp: int | None,
 ) -> bytes:
     ts = int(time.time() * 1000) if timestamp is None else timestamp
-    return encode_topic_partition(topic, -1 if partition is None else partition) + encode_body(
+    return encode_topic_partition(topic, check_partition(partition)) + encode_body(
         key, value, headers, ts
     )
 
@@ -272,18 +273,25 @@ class AgentClient:
         return result
 
     def submit_many(
-        self, topic: str, events: list[tuple[bytes | None, bytes | None]]
+        self,
+        topic: str,
+        events: list[tuple[bytes | None, bytes | None]],
+        *,
+        partition: int | None = None,
     ) -> Future[list[EventId]]:
         """Send (key, value) events in one write, without waiting; the future resolves to
         their ids once all are durable (or fails with the first error)."""
-        future = self._submit_many(topic, events)
+        future = self._submit_many(topic, events, partition)
         self._wake_background()
         return future
 
     def _submit_many(
-        self, topic: str, events: list[tuple[bytes | None, bytes | None]]
+        self,
+        topic: str,
+        events: list[tuple[bytes | None, bytes | None]],
+        partition: int | None,
     ) -> Future[list[EventId]]:
-        prefix = encode_topic_partition(topic, -1)
+        prefix = encode_topic_partition(topic, check_partition(partition))
         waiter = _Many(len(events), topic)
         if not events:
             waiter.future.set_result([])
@@ -306,12 +314,16 @@ class AgentClient:
         return waiter.future
 
     def send_many(
-        self, topic: str, events: list[tuple[bytes | None, bytes | None]]
+        self,
+        topic: str,
+        events: list[tuple[bytes | None, bytes | None]],
+        *,
+        partition: int | None = None,
     ) -> list[EventId]:
         """Pipelined (key, value) sends; returns when all are durable."""
         reading = self._take_reading()
         try:
-            future = self._submit_many(topic, events)
+            future = self._submit_many(topic, events, partition)
         except BaseException:
             if reading:
                 self._give_up_reading()

@@ -4,8 +4,8 @@ Request (big-endian)::
 
     size u32 (bytes after this field) | op u8 | request_id u32 | payload
 
-    SEND   (1): topic_len u16 | topic | partition i32 (-1: the partitioner) | record body
-                (:mod:`tidelog.agent.event`)
+    SEND   (1): topic_len u16 | topic | partition i32 (-1: the partitioner; below -1 is a
+                bad request) | record body (:mod:`tidelog.agent.event`)
     QUERY  (2): topic_len u16 | topic | partition i32 | number u64
     STATUS (3): nothing
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 
-from tidelog.agent.errors import EventFormatError
+from tidelog.agent.errors import AgentError, EventFormatError
 
 OP_SEND = 1
 OP_QUERY = 2
@@ -52,6 +52,22 @@ QUERY_ANSWER = struct.Struct(">Bqi")
 _TOPIC_LEN = struct.Struct(">H")
 _PARTITION = struct.Struct(">i")
 _NUMBER = struct.Struct(">Q")
+INT32_MAX = 2**31 - 1
+
+
+def check_partition(partition: object) -> int:
+    """An explicit partition, or None for the partitioner's choice; returns the value a SEND
+    carries (-1 for None).
+
+    A partition is a Kafka partition index, an int32 from 0. Whether the topic has it is not
+    checked (it may have grown since the last metadata, or not exist yet): the event waits in
+    that partition's queue until the partition has a leader.
+    """
+    if partition is None:
+        return -1
+    if type(partition) is not int or not 0 <= partition <= INT32_MAX:
+        raise AgentError(f"partition must be an integer from 0 to {INT32_MAX}, got {partition!r}")
+    return partition
 
 
 def encode_request(op: int, request_id: int, payload: bytes) -> bytes:
@@ -88,6 +104,8 @@ def parse_topic_partition(payload: memoryview) -> tuple[str, int, int]:
     except UnicodeDecodeError:
         raise EventFormatError("topic is not UTF-8") from None
     (partition,) = _PARTITION.unpack_from(payload, 2 + length)
+    if partition < -1:
+        raise EventFormatError(f"partition {partition}: -1 (none) or an index from 0")
     return topic, partition, 2 + length + 4
 
 
