@@ -333,18 +333,26 @@ def test_explicit_partitions_are_checked_and_never_set_the_partition_count(
                 agent.send("t", b"x", partition=bad)  # type: ignore[arg-type]
             with pytest.raises(AgentError, match="partition must be an integer"):
                 agent.send_many("t", [(None, b"x")], partition=bad)  # type: ignore[arg-type]
+        # Queue directories are named after topics: no other name reaches the file system.
+        for topic in ("../../outside", "a/b", "", "..", "x" * 250, "caf\u00e9"):
+            for partition in (0, None):
+                with pytest.raises(AgentError, match="not a valid topic name"):
+                    agent.send(topic, b"x", partition=partition)
         assert not list((data / "queues").iterdir())
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
         # An explicit partition of a topic the cluster has not described yet is queued...
         assert agent.send("fresh", b"p", partition=5) == EventId("fresh", 5, 0)
         # ...without making up a partition count: keyed events wait, parked, for the real
         # one instead of being hashed over six partitions the topic may not have.
         assert agent.partition_count("fresh") is None
         assert agent.send("fresh", b"k", key=b"key").partition == -1
-    # A known count (as metadata left it in topics.json) is not raised by a partition past it.
-    (data / "topics.json").write_text('{"known": 3}')
+    # A known count (as metadata left it in topics.json) is not raised by a partition past it;
+    # what metadata could not have written there is ignored.
+    (data / "topics.json").write_text('{"known": 3, "../up": 2, "neg": -1, "bool": true}')
     with Agent(config) as agent:
         assert agent.send("known", b"p", partition=7).partition == 7
         assert agent.partition_count("known") == 3
+        assert [agent.partition_count(t) for t in ("../up", "neg", "bool")] == [None] * 3
         for key in (b"a", b"b", b"c", b"d", b"e"):
             event = agent.send("known", b"v", key=key)
             assert event.partition == partition_for_key(key, 3)

@@ -47,7 +47,7 @@ from tidelog.agent.event import Headers, encode_bodies, encode_body
 from tidelog.agent.parking import ParkedTopic
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
 from tidelog.agent.sender import Sender
-from tidelog.agent.wire import check_partition
+from tidelog.agent.wire import INT32_MAX, check_partition
 from tidelog.client.cluster import ClusterClient
 from tidelog.client.config import parse_config
 from tidelog.client.errors import ClientError, ConfigError
@@ -55,8 +55,14 @@ from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 
 _log = logging.getLogger(__name__)
 
-# Kafka's legal topic names; a parked queue's directory is named after its topic.
+# Kafka's legal topic names. Queue and parked directories are named after their topic, so
+# no other name may reach the file system (".." or "/" would place them outside data.dir).
 _TOPIC = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
+
+
+def _check_topic(topic: object) -> None:
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
+        raise AgentError(f"{topic!r} is not a valid topic name")
 
 
 class EventId(NamedTuple):
@@ -242,7 +248,7 @@ class Agent:
             return {}
         topics = {}
         for name, count in raw.items():
-            if isinstance(name, str) and isinstance(count, int) and count > 0:
+            if _TOPIC.fullmatch(name) and type(count) is int and 0 < count <= INT32_MAX:
                 topics[name] = _Partitions(count, tuple(range(count)))
         return topics
 
@@ -315,6 +321,7 @@ class Agent:
                 return queue
             if self._closed:
                 raise AgentClosedError("the agent is closed")
+            _check_topic(topic)
             queue = DiskQueue.open(
                 self.data_dir / "queues" / f"{topic}-{partition}",
                 segment_bytes=self.config["queue.segment.bytes"],
@@ -397,8 +404,7 @@ class Agent:
             return parked
         if topic in self._topics:
             return None
-        if not _TOPIC.fullmatch(topic):
-            raise AgentError(f"{topic!r} is not a valid topic name")
+        _check_topic(topic)
         with self._lock:
             if self._closed:
                 raise AgentClosedError("the agent is closed")
