@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tidelog.agent.errors import AgentClosedError, AgentError
-from tidelog.agent.event import Headers, encode_bodies, encode_body
+from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
 from tidelog.agent.parking import ParkedTopic
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
 from tidelog.agent.sender import Sender
@@ -446,9 +446,7 @@ class Agent:
             raise AgentClosedError("the agent is closed")
         if partition is not None:
             check_partition(partition)
-        body = encode_body(
-            key, value, headers, int(time.time() * 1000) if timestamp is None else timestamp
-        )
+        body = encode_body(key, value, headers, event_timestamp(timestamp))
         if partition is None:
             parked = self._parking(topic)
             if parked is not None:

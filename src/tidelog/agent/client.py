@@ -26,7 +26,7 @@ from typing import Any
 
 from tidelog.agent.agent import Delivery, EventId
 from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
-from tidelog.agent.event import Headers, encode_bodies, encode_body
+from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
 from tidelog.agent.wire import (
     BAD_REQUEST,
     MAX_FRAME,
@@ -57,9 +57,8 @@ def _send_payload(
     partition: int | None,
     timestamp: int | None,
 ) -> bytes:
-    ts = int(time.time() * 1000) if timestamp is None else timestamp
     return encode_topic_partition(topic, check_partition(partition)) + encode_body(
-        key, value, headers, ts
+        key, value, headers, event_timestamp(timestamp)
     )
 
 

@@ -22,6 +22,7 @@ an event is never re-encoded between the application and the disk queue.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Sequence
 
 from tidelog.agent.errors import EventFormatError
@@ -34,30 +35,49 @@ _HVALUE_LEN = struct.Struct(">i")
 Headers = Sequence[tuple[str, bytes | None]]
 
 
+def event_timestamp(timestamp: object) -> int:
+    """The CreateTime of an event: ``timestamp`` (epoch milliseconds, from 0 as Kafka's
+    producer demands) or, for None, now."""
+    if timestamp is None:
+        return int(time.time() * 1000)
+    if type(timestamp) is not int or not 0 <= timestamp < 1 << 63:
+        raise EventFormatError(
+            f"timestamp must be epoch milliseconds from 0, got {timestamp!r:.40}"
+        )
+    return timestamp
+
+
 def encode_body(
     key: bytes | None, value: bytes | None, headers: Headers | None, timestamp: int
 ) -> bytes:
-    parts = [
-        _FIXED.pack(
-            timestamp,
-            -1 if key is None else len(key),
-            -1 if value is None else len(value),
-            len(headers) if headers else 0,
-        )
-    ]
-    if key is not None:
-        parts.append(key)
-    if value is not None:
-        parts.append(value)
-    if headers:
-        for name, hvalue in headers:
-            raw = name.encode("utf-8")
-            parts.append(_NAME_LEN.pack(len(raw)))
-            parts.append(raw)
-            parts.append(_HVALUE_LEN.pack(-1 if hvalue is None else len(hvalue)))
-            if hvalue is not None:
-                parts.append(hvalue)
-    return b"".join(parts)
+    """The body of one event.
+
+    :raises EventFormatError: an argument of the wrong type or out of range.
+    """
+    try:
+        parts = [
+            _FIXED.pack(
+                timestamp,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                len(headers) if headers else 0,
+            )
+        ]
+        if key is not None:
+            parts.append(key)
+        if value is not None:
+            parts.append(value)
+        if headers:
+            for name, hvalue in headers:
+                raw = name.encode("utf-8")
+                parts.append(_NAME_LEN.pack(len(raw)))
+                parts.append(raw)
+                parts.append(_HVALUE_LEN.pack(-1 if hvalue is None else len(hvalue)))
+                if hvalue is not None:
+                    parts.append(hvalue)
+        return b"".join(parts)
+    except (TypeError, ValueError, AttributeError, struct.error):
+        raise EventFormatError(_what_is_wrong(key, value, headers, timestamp)) from None
 
 
 def encode_bodies(
@@ -65,21 +85,58 @@ def encode_bodies(
 ) -> list[bytes]:
     """``encode_body(key, value, None, timestamp)`` of each (key, value), in one pass."""
     pack = _FIXED.pack
-    return [
-        b"".join(
-            (
-                pack(
-                    timestamp,
-                    -1 if key is None else len(key),
-                    -1 if value is None else len(value),
-                    0,
-                ),
-                key or b"",
-                value or b"",
+    try:
+        return [
+            b"".join(
+                (
+                    pack(
+                        timestamp,
+                        -1 if key is None else len(key),
+                        -1 if value is None else len(value),
+                        0,
+                    ),
+                    key or b"",
+                    value or b"",
+                )
             )
-        )
-        for key, value in events
-    ]
+            for key, value in events
+        ]
+    except (TypeError, ValueError, struct.error):
+        for index, event in enumerate(events):
+            try:
+                key, value = event
+                encode_body(key, value, None, timestamp)
+            except (TypeError, ValueError):
+                raise EventFormatError(
+                    f"event {index}: expected a (key, value) pair, got {event!r:.80}"
+                ) from None
+            except EventFormatError as exc:
+                raise EventFormatError(f"event {index}: {exc}") from None
+        raise
+
+
+def _what_is_wrong(key: object, value: object, headers: object, timestamp: object) -> str:
+    """Why :func:`encode_body` could not encode these arguments, in one line."""
+    for name, field in (("key", key), ("value", value)):
+        if field is not None and not isinstance(field, (bytes, bytearray, memoryview)):
+            return f"{name} must be bytes or None, not {type(field).__name__}"
+    if type(timestamp) is not int or not 0 <= timestamp < 1 << 63:
+        return f"timestamp must be epoch milliseconds from 0, got {timestamp!r:.40}"
+    if not isinstance(headers, (list, tuple)):
+        return f"headers must be a list of (name, value) pairs, not {type(headers).__name__}"
+    for header in headers:
+        if not isinstance(header, tuple | list) or len(header) != 2:
+            return f"a header must be a (name, value) pair, got {header!r:.80}"
+        name, hvalue = header
+        if not isinstance(name, str):
+            return f"a header name must be a str, not {type(name).__name__}"
+        if len(name.encode("utf-8", "surrogatepass")) > 0xFFFF:
+            return "a header name is longer than 65535 bytes"
+        if hvalue is not None and not isinstance(hvalue, (bytes, bytearray, memoryview)):
+            return (
+                f"header {name!r:.40} must have a bytes value or None, not {type(hvalue).__name__}"
+            )
+    return "the event cannot be encoded (a key, value or header larger than 2 GiB?)"
 
 
 def check_body(body: bytes | memoryview) -> bytes | None:

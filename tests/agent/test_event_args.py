@@ -1,0 +1,52 @@
+"""What a wrong argument to a send gets: one clear EventFormatError, and nothing stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interop_broker import free_port
+
+from tidelog.agent import Agent
+from tidelog.agent.errors import EventFormatError
+from tidelog.agent.event import decode_body, encode_bodies, encode_body
+
+WRONG: list[tuple[dict[str, Any], str]] = [
+    ({"value": "text"}, "value must be bytes or None, not str"),
+    ({"value": b"v", "key": "k"}, "key must be bytes or None, not str"),
+    ({"value": b"v", "key": 7}, "key must be bytes or None, not int"),
+    ({"value": b"v", "headers": [("h", "text")]}, "header 'h' must have a bytes value"),
+    ({"value": b"v", "headers": [(b"h", b"x")]}, "header name must be a str, not bytes"),
+    ({"value": b"v", "headers": [("h",)]}, r"header must be a \(name, value\) pair"),
+    ({"value": b"v", "headers": {"h": b"x"}}, "headers must be a list"),
+    ({"value": b"v", "headers": [("h" * 65536, b"x")]}, "longer than 65535 bytes"),
+    ({"value": b"v", "timestamp": -1}, "timestamp must be epoch milliseconds from 0"),
+    ({"value": b"v", "timestamp": 1 << 63}, "timestamp must be epoch milliseconds from 0"),
+    ({"value": b"v", "timestamp": 1.5}, "timestamp must be epoch milliseconds from 0"),
+]
+
+
+def test_wrong_arguments_are_refused_with_a_clear_error(tmp_path: Path) -> None:
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path)}
+    with Agent(config) as agent:
+        for arguments, message in WRONG:
+            with pytest.raises(EventFormatError, match=message):
+                agent.send("t", partition=0, **arguments)
+        with pytest.raises(EventFormatError, match="event 1: key must be bytes"):
+            agent.send_many("t", [(None, b"ok"), ("k", b"v")], partition=0)
+        with pytest.raises(EventFormatError, match=r"event 0: expected a \(key, value\) pair"):
+            agent.send_many("t", [(b"k",)], partition=0)  # type: ignore[list-item]
+        # Nothing of the refused calls was stored; what is right still goes.
+        assert agent.send("t", bytearray(b"v"), partition=0).number == 0
+        assert agent.send("t", None, key=memoryview(b"k"), partition=0).number == 1
+        assert agent.status()[0]["depth"] == 2
+
+
+def test_right_arguments_encode_as_before() -> None:
+    body = encode_body(b"k", bytearray(b"v"), [("h", None), ("\u00e9", b"x")], 0)
+    assert decode_body(body) == (0, b"k", b"v", [("h", None), ("\u00e9", b"x")])
+    assert encode_bodies([(None, b"v"), (b"k", None)], 5) == [
+        encode_body(None, b"v", None, 5),
+        encode_body(b"k", None, None, 5),
+    ]
