@@ -5,11 +5,13 @@ from __future__ import annotations
 import uuid
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, config=config or {})])
     futures[name].result(30)
 
 

@@ -376,3 +376,51 @@ def test_the_socket_client_checks_partitions_and_the_server_refuses_bad_ones(
                 assert ids == [EventId("t", 2, 0), EventId("t", 2, 1)]
         finally:
             server.stop()
+
+
+def test_events_the_topic_refuses_are_skipped_and_the_rest_delivered(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """A topic that takes CreateTimes within an hour of now (Kafka's
+    message.timestamp.before/after.max.ms): events outside can never be delivered as they are.
+    They are skipped (rejected, answering "dropped"); the others arrive once, in order."""
+    topic = topic_name()
+    hour = 3_600_000
+    create_topic(
+        broker.bootstrap,
+        topic,
+        1,
+        {"message.timestamp.before.max.ms": str(hour), "message.timestamp.after.max.ms": str(hour)},
+    )
+    now = int(time.time() * 1000)
+    # Too new anywhere in a batch, and too old at its start (where the broker looks first).
+    shifts = [-2 * hour, 0, 0, 2 * hour, 2 * hour, 0, 0, 2 * hour] + [0] * 20
+    delivered: dict[EventId, int] = {}
+    config = {"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}
+    with Agent(config) as agent:
+        agent.send(topic, b"first", partition=0)
+        assert agent.flush(30)
+        ids = []
+        for i, shift in enumerate(shifts):
+            ids.append(
+                agent.send(
+                    topic,
+                    b"e%d" % i,
+                    partition=0,
+                    timestamp=now + shift,
+                    on_delivery=lambda e, o: delivered.__setitem__(e, o),
+                )
+            )
+            if i == 0:
+                assert agent.flush(30)
+        assert agent.flush(30)
+        [status] = agent.status()
+        assert status["rejected"] == 4 and status["depth"] == 0
+        good = [i for i, shift in enumerate(shifts) if shift == 0]
+        wait_for(lambda: len(delivered) == len(good))
+        for i, event in enumerate(ids):
+            state = agent.delivery(event)
+            assert state.state == ("delivered" if i in good else "dropped"), i
+            assert (event in delivered) == (i in good)
+    records = read_topic(broker.bootstrap, topic, 1)
+    assert [v for _, _, v in records[0]] == [b"first"] + [b"e%d" % i for i in good]

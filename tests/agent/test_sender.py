@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,8 +20,18 @@ class ScriptedBroker:
     """Answers Produce with the next scripted error code (NONE when the script is empty),
     InitProducerId with fresh ids, DescribeProducers with ``last_sequence``."""
 
-    def __init__(self, produce_codes: list[ErrorCode]) -> None:
+    def __init__(
+        self,
+        produce_codes: list[ErrorCode],
+        refuse: Callable[[bytes | None], bool] | None = None,
+        name_refused: bool = True,
+    ) -> None:
         self.produce_codes = produce_codes
+        # Records whose value ``refuse`` picks make their batch fail with INVALID_TIMESTAMP,
+        # naming them in record_errors when ``name_refused`` (as protocol v8+ brokers do).
+        self.refuse = refuse
+        self.name_refused = name_refused
+        self.refusals = 0
         self.produced: list[bytes] = []
         self.next_id = 100
         self.last_sequence: dict[int, int] = {}
@@ -58,6 +69,26 @@ class ScriptedBroker:
         assert api_key == ApiKey.PRODUCE
         data = values["topic_data"][0]["partition_data"][0]["records"]
         code = self.produce_codes.pop(0) if self.produce_codes else ErrorCode.NONE
+        refuse = self.refuse
+        refused = (
+            []
+            if refuse is None
+            else [i for i, r in enumerate(decode_records(data)) if refuse(r.value)]
+        )
+        if refused:
+            self.refusals += 1
+            named = [
+                SimpleNamespace(batch_index=i, batch_index_error_message="out of range")
+                for i in refused
+            ]
+            part = SimpleNamespace(
+                index=0,
+                error_code=int(ErrorCode.INVALID_TIMESTAMP),
+                base_offset=-1,
+                record_errors=named if self.name_refused else [],
+                error_message="One or more records have been rejected due to invalid timestamp",
+            )
+            return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
         base = -1
         if code is ErrorCode.NONE:
             header = parse_header(data)
@@ -164,3 +195,43 @@ def test_a_gap_on_the_broker_takes_a_new_producer(tmp_path: Path) -> None:
     ] == [(101, 0)]
     assert values(broker) == [b"e0", b"e1"]
     queue.close()
+
+
+def test_refused_events_are_skipped_and_the_rest_delivered_in_order(tmp_path: Path) -> None:
+    """Events the broker refuses as such (here INVALID_TIMESTAMP) can never be delivered: they
+    are skipped, recorded as dropped, and everything else arrives once, in order, with
+    consecutive sequences. Named refusals cost a round trip per run of them; unnamed ones
+    are found by halving the batch."""
+    bad = {1, 2, 3, 7, 12, 13}
+
+    def refuse(value: bytes | None) -> bool:
+        return value is not None and int(value[1:]) in bad
+
+    for named in (True, False):
+        broker = ScriptedBroker([], refuse=refuse, name_refused=named)
+        queue = fill(tmp_path / f"q{named}", 16)
+        sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+        sender.must_resolve = False
+        asyncio.run(deliver(sender, 16))
+        assert values(broker) == [b"e%d" % i for i in range(16) if i not in bad]
+        sequences = [parse_header(d).base_sequence for d in broker.produced]
+        counts = [parse_header(d).last_offset_delta + 1 for d in broker.produced]
+        assert sequences == [sum(counts[:i]) for i in range(len(counts))]
+        assert sender.rejected == len(bad)
+        assert [sender.offset_of(n)[0] for n in range(16)] == [
+            "dropped" if n in bad else "delivered" for n in range(16)
+        ]
+        if named:
+            # Refused: [0..15] (then [0] goes alone), [1..15] (1-3 skipped), [4..15] (then
+            # [4..6]), [7..15] (7 skipped), [8..15] (then [8..11]), [12..15] (12-13 skipped);
+            # [14, 15] goes.
+            assert broker.refusals == 6
+        else:
+            assert broker.refusals > 6
+        queue.close()
+        # What was refused stays known as such after a restart.
+        reopened = DiskQueue.open(tmp_path / f"q{named}")
+        assert reopened.cursor.read_n == 16
+        assert sorted(n for f, e in reopened.dropped_ranges for n in range(f, e)) == sorted(bad)
+        assert reopened.dropped == 0  # drop-oldest's counter: nothing dropped for space
+        reopened.close()

@@ -823,15 +823,21 @@ class DiskQueue:
         producer_epoch: int,
         *,
         delivered: tuple[int, int, int] | None = None,
+        refused: tuple[int, int] | None = None,
     ) -> None:
         """Persist the read side: entries before ``pos`` are delivered (blocking, fsyncs).
 
         ``delivered`` is (first entry, count, base offset or -1) of the batch the broker
-        acknowledged, recorded in the offset index first.
+        acknowledged, recorded in the offset index first. ``refused`` is the range of entries
+        [first, end) the broker refused, recorded (and synced) with the drops first: they
+        answer "dropped" from then on.
         """
         with self._lock:
             if delivered is not None:
                 self._record_delivery(*delivered)
+            if refused is not None:
+                self.dropped_ranges.append(refused)
+                self._record_dropped_locked(*refused)
             c = self.cursor
             c.read_pos, c.read_n = pos, n
             if c.skip_pos <= pos:

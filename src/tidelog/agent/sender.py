@@ -24,8 +24,11 @@ flight per queue, so at most one batch is ever in doubt.
   has lost the producer's later batches, a new producer id is taken.
 * UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING:
   the broker refused the batch (nothing written): a new producer id, sequences from 0.
-* MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD: the batch is split; a single
-  event the broker refuses is skipped and counted as ``rejected`` (it can never be delivered).
+* MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD, INVALID_TIMESTAMP: the broker
+  wrote nothing of the batch. Events it names as refused (``record_errors``) are skipped and
+  counted as ``rejected`` (they can never be delivered as they are) once they lead the batch;
+  the events before the first of them go on their own. Without names the batch is halved
+  until the refused event is alone.
 
 The remaining window for a duplicate: the broker forgot the producer (its state expired after
 ``producer.id.expiration.ms`` of silence, or was removed by retention) while a batch was in
@@ -64,8 +67,14 @@ NEW_PRODUCER_CODES = frozenset(
         ErrorCode.INVALID_PRODUCER_ID_MAPPING,
     }
 )
-SPLIT_CODES = frozenset(
-    {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_RECORD}
+# The broker refuses these events themselves, whenever they are sent: retrying cannot help.
+REFUSED_CODES = frozenset(
+    {
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.INVALID_TIMESTAMP,
+    }
 )
 COMPRESSIONS = {
     "none": Compression.NONE,
@@ -240,7 +249,13 @@ class Sender:
         return True
 
     async def _commit(
-        self, pos: int, n: int, next_seq: int, delivered: tuple[int, int, int] | None = None
+        self,
+        pos: int,
+        n: int,
+        next_seq: int,
+        delivered: tuple[int, int, int] | None = None,
+        *,
+        refused: tuple[int, int] | None = None,
     ) -> None:
         await asyncio.to_thread(
             functools.partial(
@@ -251,6 +266,7 @@ class Sender:
                 self.producer_id,
                 self.producer_epoch,
                 delivered=delivered,
+                refused=refused,
             )
         )
         self.pos, self.n, self.next_seq = pos, n, next_seq
@@ -319,22 +335,10 @@ class Sender:
             self.batch = None
             self.queue.in_flight_end = None
             await self._new_producer()
-        elif code in SPLIT_CODES:
+        elif code in REFUSED_CODES:
             self.batch = None
             self.queue.in_flight_end = None
-            if batch.count > 1:
-                self.max_count = max(1, batch.count // 2)
-            else:
-                _log.error(
-                    "%s-%d: the broker refuses event %d (%s); it is skipped",
-                    self.topic,
-                    self.partition,
-                    batch.first_n,
-                    code.name,
-                )
-                self.rejected += 1
-                await self._commit(batch.end_pos, batch.end_n, self.next_seq)
-                self.max_count = None
+            await self._refused(batch, code, answer)
         else:
             if code in STALE_METADATA_CODES:
                 await self.agent.refresh_topic(self.topic)
@@ -343,6 +347,47 @@ class Sender:
                 getattr(answer, "error_message", None),
                 context=f"{self.topic}-{self.partition}",
             )
+
+    async def _refused(self, batch: _Batch, code: ErrorCode, answer: Any) -> None:
+        """The broker refused ``batch`` (nothing of it written): skip the refused events at
+        its start, or narrow the next batch down to them."""
+        named = sorted(
+            {
+                int(e.batch_index)
+                for e in getattr(answer, "record_errors", None) or ()
+                if 0 <= int(e.batch_index) < batch.count
+            }
+        )
+        if named and named[0] > 0:
+            self.max_count = named[0]  # the events before the first refused one go alone
+            return
+        if not named and batch.count > 1:
+            self.max_count = max(1, batch.count // 2)
+            return
+        skip = 1  # the refused events that lead the batch: 0, 1, ... as named, or the only one
+        while skip < len(named) and named[skip] == skip:
+            skip += 1
+        if skip == batch.count:
+            end_pos, end_n = batch.end_pos, batch.end_n
+        else:
+            last = self.queue.read(self.pos, self.n, self.batch_size)[skip - 1]
+            end_pos, end_n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+        _log.error(
+            "%s-%d: the broker refuses events %d..%d (%s: %s); they are skipped",
+            self.topic,
+            self.partition,
+            batch.first_n,
+            end_n - 1,
+            code.name,
+            getattr(answer, "error_message", None) or "",
+        )
+        self.rejected += skip
+        for n in range(batch.first_n, end_n):
+            # Not delivered, never will be: no callback (a query answers "dropped").
+            self.callbacks.pop(n, None)
+        # No sequence was used: the next event sent gets the refused one's.
+        await self._commit(end_pos, end_n, self.next_seq, refused=(batch.first_n, end_n))
+        self.max_count = None
 
     async def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
         next_seq = (batch.sequence + batch.count) % SEQ_MOD
