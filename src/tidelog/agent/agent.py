@@ -174,8 +174,13 @@ class Agent:
     ) -> None:
         self.config = parse_agent_config(config)
         self.data_dir = Path(self.config["data.dir"])
-        (self.data_dir / "queues").mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.data_dir / "agent.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            (self.data_dir / "queues").mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.data_dir / "agent.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            raise ConfigError(
+                f"data.dir: cannot use {str(self.data_dir)!r}: {exc.strerror}"
+            ) from None
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -1,4 +1,5 @@
-"""What a wrong argument to a send gets: one clear EventFormatError, and nothing stored."""
+"""What a wrong argument to a send, or a data directory that cannot be one, gets: one clear
+error, and nothing stored."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from interop_broker import free_port
 from tidelog.agent import Agent
 from tidelog.agent.errors import EventFormatError
 from tidelog.agent.event import decode_body, encode_bodies, encode_body
+from tidelog.client.errors import ConfigError
 
 WRONG: list[tuple[dict[str, Any], str]] = [
     ({"value": "text"}, "value must be bytes or None, not str"),
@@ -50,3 +52,12 @@ def test_right_arguments_encode_as_before() -> None:
         encode_body(None, b"v", None, 5),
         encode_body(b"k", None, None, 5),
     ]
+
+
+def test_a_data_dir_that_cannot_be_one_is_a_configuration_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    for data_dir in (tmp_path / "file", tmp_path / "file" / "below"):
+        config = {"bootstrap.servers": "127.0.0.1:1", "data.dir": str(data_dir)}
+        with pytest.raises(ConfigError, match=r"data\.dir: cannot use .*Not a directory"):
+            Agent(config)
+    assert (tmp_path / "file").read_bytes() == b"x"
