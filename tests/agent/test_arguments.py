@@ -3,14 +3,15 @@ error, and nothing stored."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from interop_broker import free_port
 
-from tidelog.agent import Agent
-from tidelog.agent.errors import EventFormatError
+from tidelog.agent import Agent, AgentClient, AgentServer
+from tidelog.agent.errors import AgentError, EventFormatError
 from tidelog.agent.event import decode_body, encode_bodies, encode_body
 from tidelog.client.errors import ConfigError
 
@@ -61,3 +62,35 @@ def test_a_data_dir_that_cannot_be_one_is_a_configuration_error(tmp_path: Path) 
         with pytest.raises(ConfigError, match=r"data\.dir: cannot use .*Not a directory"):
             Agent(config)
     assert (tmp_path / "file").read_bytes() == b"x"
+
+
+def test_the_socket_path_replaces_only_a_stale_socket(tmp_path: Path) -> None:
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "d")}
+    with Agent(config) as agent:
+        # A file given as the socket path by mistake is refused and kept.
+        mistaken = tmp_path / "orders.log"
+        mistaken.write_bytes(b"precious")
+        server = AgentServer(agent, mistaken)
+        with pytest.raises(AgentError, match="exists and is not a socket"):
+            server.start()
+        server.stop()
+        assert mistaken.read_bytes() == b"precious"
+        # A socket left by a daemon that is gone is replaced.
+        path = tmp_path / "agent.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as left:
+            left.bind(str(path))
+        first = AgentServer(agent, path)
+        first.start()
+        try:
+            # The socket of a daemon still serving is not taken over.
+            second = AgentServer(agent, path)
+            with pytest.raises(AgentError, match="another agent serves"):
+                second.start()
+            second.stop()
+            with AgentClient(path) as client:
+                assert client.send("t", b"v", partition=0).number == 0
+        finally:
+            first.stop()
+        assert not path.exists()
+        with pytest.raises(AgentError, match=r"cannot listen on .*: No such file"):
+            AgentServer(agent, tmp_path / "missing" / "agent.sock").start()

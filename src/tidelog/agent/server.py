@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 import threading
 from pathlib import Path
@@ -63,20 +64,41 @@ class AgentServer:
         self._stopping = False
 
     def start(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        self._remove_stale_socket()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(str(self.path))
             listener.listen(128)
-        except OSError:
+        except OSError as exc:
             listener.close()
-            raise
+            reason = exc.strerror or str(exc)
+            raise AgentError(f"cannot listen on {str(self.path)!r}: {reason}") from None
         self._listener = listener
         self._acceptor = threading.Thread(
             target=self._accept_loop, args=(listener,), name="agent-accept", daemon=True
         )
         self._acceptor.start()
+
+    def _remove_stale_socket(self) -> None:
+        """Remove the socket a previous daemon left at the path; never anything else: not a
+        file given as the socket path by mistake, not the socket of a daemon still serving."""
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise AgentError(f"cannot listen on {str(self.path)!r}: {exc.strerror}") from None
+        if not stat.S_ISSOCK(mode):
+            raise AgentError(f"{str(self.path)!r} exists and is not a socket; not replacing it")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(self.path))
+            except OSError:
+                pass  # nobody listens: left by a daemon that is gone
+            else:
+                raise AgentError(f"another agent serves {str(self.path)!r}")
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
 
     def stop(self) -> None:
         """Stop accepting, close every connection; the agent itself stays open."""
@@ -97,8 +119,10 @@ class AgentServer:
         for _, thread in connections:
             # A connection blocked on a full queue is released when the agent closes.
             thread.join(1)
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if listener is not None:  # only the socket this server made
+            self._listener = None
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
     def _accept_loop(self, listener: socket.socket) -> None:
         while True:
