@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from interop_broker import free_port
 
-from tidelog.agent import Agent, AgentClient, AgentServer
+from tidelog.agent import Agent, AgentClient, AgentServer, EventId
 from tidelog.agent.errors import AgentError, EventFormatError
 from tidelog.agent.event import decode_body, encode_bodies, encode_body
 from tidelog.client.errors import ConfigError
@@ -94,3 +94,32 @@ def test_the_socket_path_replaces_only_a_stale_socket(tmp_path: Path) -> None:
         assert not path.exists()
         with pytest.raises(AgentError, match=r"cannot listen on .*: No such file"):
             AgentServer(agent, tmp_path / "missing" / "agent.sock").start()
+
+
+def test_delivery_queries_take_ids_in_any_form_and_refuse_impossible_ones(tmp_path: Path) -> None:
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "d")}
+    with Agent(config) as agent:
+        event = agent.send("t", b"v", partition=0)
+        server = AgentServer(agent, tmp_path / "agent.sock")
+        server.start()
+        try:
+            with AgentClient(tmp_path / "agent.sock") as client:
+                for delivery in (agent.delivery, client.delivery):
+                    for form in (event, ("t", 0, 0), "t/0/0"):
+                        assert delivery(form) == ("pending", -1, 0)  # type: ignore[arg-type]
+                    assert delivery("t/0/1").state == "unknown"
+                    assert delivery(EventId("t", -1, 0)).state == "unknown"  # nothing parked
+                    for wrong in (
+                        EventId("t", 0, -1),
+                        EventId("t", -2, 0),
+                        EventId("t", 2**31, 0),
+                        EventId("t", 0, 2**64),
+                        "t/0/-1",
+                        "t/0",
+                        ("t", 0),
+                        42,
+                    ):
+                        with pytest.raises(AgentError, match="is not an event id"):
+                            delivery(wrong)  # type: ignore[arg-type]
+        finally:
+            server.stop()

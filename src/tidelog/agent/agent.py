@@ -80,9 +80,32 @@ class EventId(NamedTuple):
         topic, _, rest = text.rpartition("/")
         topic, _, partition = topic.rpartition("/")
         try:
-            return cls(topic, int(partition), int(rest))
-        except ValueError:
+            return cls.of((topic, int(partition), int(rest)))
+        except (ValueError, AgentError):
             raise AgentError(f"{text!r} is not an event id (topic/partition/number)") from None
+
+    @classmethod
+    def of(cls, value: object) -> EventId:
+        """``value`` as an event id: an EventId, a (topic, partition, number) tuple or the
+        text ``topic/partition/number``; partition -1 for a parked event.
+
+        :raises AgentError: anything else, or numbers no event id can have.
+        """
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, tuple) and len(value) == 3:
+            topic, partition, number = value
+            if (
+                isinstance(topic, str)
+                and type(partition) is int
+                and type(number) is int
+                and -1 <= partition <= INT32_MAX
+                and 0 <= number < 1 << 64
+            ):
+                return value if type(value) is cls else cls(topic, partition, number)
+        raise AgentError(
+            f"{value!s:.100} is not an event id: (topic, partition from -1, number from 0)"
+        )
 
 
 def _call_with_id(callback: DeliveryCallback, event: EventId, _moved: EventId, offset: int) -> None:
@@ -580,7 +603,9 @@ class Agent:
 
     # ------------------------------------------------------------------ queries
 
-    def delivery(self, event: EventId) -> Delivery:
+    def delivery(self, event: EventId | str) -> Delivery:
+        """What the agent knows of ``event`` (an id a send returned, or its text form)."""
+        event = EventId.of(event)
         if event.partition < 0:
             parked = self._parked.get(event.topic)
             if parked is None:

@@ -62,6 +62,11 @@ def _send_payload(
     )
 
 
+def _query_payload(event: object) -> bytes:
+    event = EventId.of(event)
+    return encode_topic_partition(event.topic, event.partition) + encode_number(event.number)
+
+
 def _error(status: int, payload: bytes) -> AgentError:
     message = payload.decode("utf-8", "replace")
     if status == QUEUE_FULL:
@@ -330,10 +335,9 @@ class AgentClient:
         result: list[EventId] = self._wait(future, reading)
         return result
 
-    def delivery(self, event: EventId) -> Delivery:
+    def delivery(self, event: EventId | str) -> Delivery:
         """Whether the event reached the cluster, and its offset when known."""
-        payload = encode_topic_partition(event.topic, event.partition) + encode_number(event.number)
-        result: Delivery = self._call(OP_QUERY, payload)
+        result: Delivery = self._call(OP_QUERY, _query_payload(event))
         return result
 
     def status(self) -> dict[str, Any]:
@@ -492,9 +496,8 @@ class AsyncAgentClient:
         result: EventId = await future
         return result
 
-    async def delivery(self, event: EventId) -> Delivery:
-        payload = encode_topic_partition(event.topic, event.partition) + encode_number(event.number)
-        future = self._request(OP_QUERY, payload)
+    async def delivery(self, event: EventId | str) -> Delivery:
+        future = self._request(OP_QUERY, _query_payload(event))
         await self._writer.drain()
         result: Delivery = await future
         return result
