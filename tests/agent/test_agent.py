@@ -214,8 +214,11 @@ def test_socket_round_trip_sync_async_and_status(
             timeout=60,
             check=True,
         ).stdout
-        assert out.splitlines()[0].split()[:3] == ["TOPIC", "PARTITION", "DEPTH"]
-        assert topic in out
+        header, *rows = out.splitlines()
+        assert header.split()[:3] == ["TOPIC", "PARTITION", "DEPTH"]
+        disk = header.index("DISK")  # columns are aligned; empty cells are blank
+        mine = [row[disk:].split()[0] for row in rows if row.startswith(topic)]
+        assert mine and set(mine) == {"ok"}
     finally:
         server.stop()
         agent.close()

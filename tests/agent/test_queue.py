@@ -194,9 +194,11 @@ def test_delivered_segments_are_deleted(tmp_path: Path) -> None:
 
 class HeldFsync:
     """``fdatasync`` that holds its ``hold``-th call until released, and fails (EIO) from call
-    ``fail_from`` on."""
+    ``fail_from`` on. Calls are counted once ``armed`` (after the queue is open: creating a
+    queue syncs its cursor file)."""
 
     def __init__(self, hold: int, fail_from: int | None = None) -> None:
+        self.armed = False
         self.calls = 0
         self.hold = hold
         self.fail_from = fail_from
@@ -204,6 +206,9 @@ class HeldFsync:
         self.release = threading.Event()
 
     def __call__(self, fd: int) -> None:
+        if not self.armed:
+            os.fdatasync(fd)
+            return
         self.calls += 1
         if self.calls == self.hold:
             self.held.set()
@@ -234,6 +239,7 @@ def append_behind_a_held_sync(
 def test_group_commit_shares_one_fsync(tmp_path: Path) -> None:
     fsync = HeldFsync(hold=1)
     q = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    fsync.armed = True
     done: list[int] = []
     # While the first sync runs, 20 writers arrive; they must all share the next one.
     append_behind_a_held_sync(q, fsync, lambda i: done.append(q.append([body(i)])), range(21))
@@ -251,6 +257,7 @@ def test_a_lone_caller_syncs_on_its_own_thread(tmp_path: Path) -> None:
         os.fdatasync(fd)
 
     q = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    syncing_threads.clear()  # creating the queue synced its cursor file
     for i in range(3):
         assert q.append([body(i)]) == i
     assert syncing_threads == [threading.current_thread()] * 3
@@ -324,6 +331,7 @@ def test_a_file_system_without_dsync_writes_falls_back_to_fdatasync(
 def test_a_failed_sync_fails_every_waiter_and_the_queue(tmp_path: Path) -> None:
     fsync = HeldFsync(hold=2, fail_from=2)
     q = DiskQueue.open(tmp_path / "q", fsync=fsync)
+    fsync.armed = True
     assert q.append([body(0)]) == 0
     errors: list[BaseException] = []
 

@@ -430,6 +430,8 @@ class ParkedTopic:
             "dropped": q.dropped,
             "rejected": 0,
             "corrupt": q.corrupt,
+            "disk_full": q.disk_full,
+            "disk_full_waits": q.disk_full_waits,
             "fsyncs": q.fsyncs,
             "retries": 0,
             "producer_id": -1,

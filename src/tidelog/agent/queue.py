@@ -111,6 +111,10 @@ _ZEROS = bytes(ZEROS_AHEAD)
 # kept (the file is rewritten with those when it holds twice as many).
 _DROPPED = struct.Struct(">QQI")
 DROPPED_RANGES = "dropped"
+# Zeros set aside per queue, given up on a full disk to record a drop (which frees room).
+RESERVE = "reserve"
+RESERVE_BYTES = 16384
+DISK_FULL_LOG_INTERVAL = 60.0
 DROPPED_RANGES_KEPT = 10_000
 
 # The offset index: one record per acknowledged batch (see the module docstring).
@@ -123,7 +127,8 @@ FsyncFn = Callable[[int], None]
 # What one sync writes: the buffer's chunks (position of the first entry, its number, the
 # encoded entries, whether they start a new segment), the end position and number after
 # them, and the condition their callers wait on.
-_SyncWork = tuple[list[tuple[int, int, bytearray, bool]], int, int, threading.Condition]
+_Chunk = tuple[int, int, bytearray, bool]
+_SyncWork = tuple[list[_Chunk], int, int, threading.Condition]
 
 POLICIES = ("block", "reject", "drop-oldest")
 
@@ -283,7 +288,7 @@ class DiskQueue:
         self._roll_next = False
         # Encoded entries not yet written: (position of the first, its number, bytes, whether
         # they start a new segment).
-        self._buffer: list[tuple[int, int, bytearray, bool]] = []
+        self._buffer: list[_Chunk] = []
         # Bytes of the active segment file that exist (entries, then zeros written ahead).
         self._file_bytes = 0
         self._fd = -1
@@ -295,6 +300,16 @@ class DiskQueue:
         self._cursor_written = 0
         self._read_fds: dict[int, int] = {}
         self._failure: BaseException | None = None
+        # The file system refused a write for want of space (ENOSPC, EDQUOT): the sync in
+        # progress waits and tries again; new callers meet the queue's full policy.
+        self.disk_full = False
+        self.disk_full_waits = 0
+        self._disk_full_why = ""
+        # Under drop-oldest a full disk is a steady state (every write fills it again):
+        # it is logged at most once a minute, and the reserve's absence once.
+        self._disk_full_logged_at = -DISK_FULL_LOG_INTERVAL
+        self._disk_full_logged = False
+        self._reserve_missing = False
         self._closed = False
         self.in_flight_end: tuple[int, int] | None = None
         self.on_durable: Callable[[], None] | None = None
@@ -318,6 +333,7 @@ class DiskQueue:
         # first entry; the records of ``offsets.old`` and ``offsets``.
         self._index_fd = -1
         self._index_records = 0
+        self._index_failing = False
         self._delivered_first: list[int] = []
         self._delivered: list[tuple[int, int]] = []
 
@@ -375,6 +391,7 @@ class DiskQueue:
         self._recovered_n = self.durable_n
         self._load_index()
         self._load_dropped()
+        self._make_reserve()
 
     def _scan_tail(self, seg: Segment) -> tuple[int, int]:
         """Check every entry of the newest segment; cut a torn tail. Returns (end, end_n)."""
@@ -430,6 +447,11 @@ class DiskQueue:
                 "%s: both cursor slots are damaged; resending from the oldest entry", self.directory
             )
             return Cursor(generation=1, read_pos=0, read_n=0)
+        if len(raw) < 2 * CURSOR_SLOT:
+            # A new queue: both slots take their blocks now, so that moving the read position
+            # never needs new disk space (on a full disk it is what frees space).
+            os.pwrite(self._cursor_fd, Cursor().pack() + bytes(CURSOR_SLOT), 0)
+            self._fsync(self._cursor_fd)
         return Cursor()
 
     def close(self) -> None:
@@ -537,6 +559,16 @@ class DiskQueue:
                 if self.sealed:
                     raise QueueSealed(self.directory.name)
                 used = self.used_bytes
+                if self.disk_full:
+                    if self.policy == "block" and wait_for_space:
+                        self._space.wait()
+                        continue
+                    if self.policy == "drop-oldest":
+                        break  # buffered; the sync waiting for room drops what it must
+                    raise QueueFullError(
+                        f"queue {self.directory.name}: the disk is full ({self._disk_full_why}); "
+                        f"{len(bodies)} event(s) not accepted"
+                    )
                 if used == 0 or used + size <= self.max_bytes:
                     break
                 if self.policy == "drop-oldest":
@@ -600,9 +632,13 @@ class DiskQueue:
         if self.in_flight_end is not None:
             start_n = max(start_n, self.in_flight_end[1])
         if nxt.first_n > start_n:
+            try:
+                self._record_dropped_locked(start_n, nxt.first_n)
+            except OSError as exc:
+                # Not recorded, so not dropped.
+                _log.warning("%s: cannot record a drop: %s", self.directory, exc)
+                return False
             self.dropped += nxt.first_n - start_n
-            self.dropped_ranges.append((start_n, nxt.first_n))
-            self._record_dropped_locked(start_n, nxt.first_n)
         self.cursor.skip_pos, self.cursor.skip_n = nxt.base, nxt.first_n
         self._write_cursor_locked()
         self._delete_segments_locked()
@@ -618,33 +654,29 @@ class DiskQueue:
     def _write_and_sync(self, work: _SyncWork) -> None:
         chunks, end_pos, end_n, batch = work
         error: OSError | None = None
-        try:
-            # One chunk (no segment roll in it) and the real fdatasync: the write syncs itself.
-            synced = self._dsync_writes and len(chunks) == 1
-            for position, first_n, data, rolls in chunks:
-                if rolls:
-                    self._roll_file(position, first_n)
-                at = position - self._fd_base
-                if at + len(data) > self._file_bytes:
-                    self._write_zeros_ahead(at + len(data))
-                view = memoryview(data)
-                if synced:
-                    synced = self._write_dsync(view, at)
-                    if synced:
-                        continue
-                while view:
-                    written = os.pwrite(self._fd, view, at)
-                    view = view[written:]
-                    at += written
-            if not synced:
-                self._fsync(self._fd)
-        except OSError as exc:
-            error = exc
-            _log.error(
-                "%s: write failed, the queue stops accepting events: %s", self.directory, exc
-            )
+        done = 0  # chunks written (a retry after a full disk resumes after them)
+        while True:
+            try:
+                done = self._write_chunks(chunks, done)
+                break
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._wait_for_room(
+                    chunks, done, exc
+                ):
+                    continue
+                error = exc
+                _log.error(
+                    "%s: write failed, the queue stops accepting events: %s", self.directory, exc
+                )
+                break
         with self._lock:
             self._syncing = False
+            if self.disk_full and error is None:
+                self.disk_full = False
+                if self._disk_full_logged:
+                    _log.warning("%s: there is room on the disk again", self.directory)
+                self._make_reserve()
+                self._space.notify_all()
             if error is None:
                 self.fsyncs += 1
                 self.durable_pos, self.durable_n = end_pos, end_n
@@ -667,6 +699,79 @@ class DiskQueue:
         if hook is not None:
             hook()
 
+    def _write_chunks(self, chunks: list[_Chunk], done: int) -> int:
+        """Write ``chunks[done:]`` and make everything durable; returns len(chunks).
+
+        A chunk is written whole or not at all as far as a retry is concerned: rewriting
+        the same bytes at the same place is harmless, and a segment roll happens once.
+        """
+        # One chunk (no segment roll in it) and the real fdatasync: the write syncs itself.
+        synced = self._dsync_writes and len(chunks) == 1
+        for index in range(done, len(chunks)):
+            position, first_n, data, rolls = chunks[index]
+            if rolls and self._fd_base != position:
+                self._roll_file(position, first_n)
+            at = position - self._fd_base
+            if at + len(data) > self._file_bytes:
+                self._write_zeros_ahead(at + len(data))
+            view = memoryview(data)
+            if synced:
+                synced = self._write_dsync(view, at)
+                if synced:
+                    continue
+            while view:
+                written = os.pwrite(self._fd, view, at)
+                view = view[written:]
+                at += written
+        if not synced:
+            self._fsync(self._fd)
+        return len(chunks)
+
+    def _wait_for_room(self, chunks: list[_Chunk], done: int, exc: OSError) -> bool:
+        """The disk is full: make room or wait for it; False when the queue closes.
+
+        The chunks stay buffered in order and are written when there is room, so nothing
+        acknowledged moves and nothing is numbered twice. Room comes from: the zeros written
+        ahead of the active segment (a segment rolls here, cutting them, and the sender can
+        delete the old segment once it is delivered); drop-oldest dropping a segment; the
+        sender deleting delivered segments; anything else freeing space (tried again every
+        second).
+        """
+        with self._lock:
+            if not self.disk_full:
+                self.disk_full = True
+                self._disk_full_why = exc.strerror or str(exc)
+                self.disk_full_waits += 1
+                now = time.monotonic()
+                self._disk_full_logged = now - self._disk_full_logged_at >= DISK_FULL_LOG_INTERVAL
+                if self._disk_full_logged:
+                    self._disk_full_logged_at = now
+                    _log.error(
+                        "%s: the disk is full (%s); waiting for room (queue.full.policy %s, "
+                        "full %d time(s) so far)",
+                        self.directory,
+                        self._disk_full_why,
+                        self.policy,
+                        self.disk_full_waits,
+                    )
+            if self._closed:
+                return False
+            position, first_n, data, rolls = chunks[done]
+            if (
+                not rolls
+                and position > self._fd_base
+                and not any(c[3] for c in (*chunks[done + 1 :], *self._buffer))
+            ):
+                # Start a new segment here: the active one, cut at its last entry, frees its
+                # zeros now and the whole file once delivered.
+                chunks[done] = (position, first_n, data, True)
+                self._active_bytes = self.write_pos - position
+                return True
+            if self.policy == "drop-oldest" and self._drop_oldest_locked():
+                return True
+            self._space.wait(1.0)
+            return not self._closed
+
     def _write_dsync(self, view: memoryview, at: int) -> bool:
         """Write ``view`` at ``at`` with ``RWF_DSYNC``: durable when this returns, as after
         ``pwrite`` + ``fdatasync``, in one system call (and one release of the GIL) instead
@@ -685,6 +790,15 @@ class DiskQueue:
         return True
 
     def _write_zeros_ahead(self, needed: int) -> None:
+        try:
+            self._extend_with_zeros(needed, ahead=True)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # Too little room for the zeros ahead: take just what the entries need.
+            self._extend_with_zeros(needed, ahead=False)
+
+    def _extend_with_zeros(self, needed: int, *, ahead: bool) -> None:
         """Extend the active segment file with zeros to cover ``needed`` bytes and more.
 
         Entries then overwrite blocks that exist, so their ``fdatasync`` flushes data only.
@@ -696,6 +810,8 @@ class DiskQueue:
         # Never past the disk budget: what the zeros take counts as used disk space.
         room = needed + max(0, self.max_bytes - self.used_bytes)
         end = max(needed, min(self._file_bytes + ZEROS_AHEAD, self.segment_bytes, room))
+        if not ahead:
+            end = needed
         at = self._file_bytes
         while at < end:
             at += os.pwrite(self._fd, _ZEROS[: min(ZEROS_AHEAD, end - at)], at)
@@ -709,16 +825,22 @@ class DiskQueue:
             self._file_bytes = data_end
 
     def _roll_file(self, base: int, first_n: int) -> None:
-        self._fsync(self._fd)
-        self._cut_zeros(base - self._fd_base)
-        os.close(self._fd)
         seg = Segment(base, first_n, self.directory / segment_name(base, first_n))
-        self._fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY, 0o644)
+        # The new file first: when it cannot be made (a full disk), nothing has changed.
+        fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            self._fsync(self._fd)
+            self._cut_zeros(base - self._fd_base)
+        except OSError:
+            os.close(fd)
+            raise
+        os.close(self._fd)
+        self._fd = fd
         self._fd_base = base
         self._file_bytes = 0
-        self._sync_dir()
         with self._lock:
             self.segments.append(seg)
+        self._sync_dir()
 
     # ------------------------------------------------------------------ read side
 
@@ -836,7 +958,6 @@ class DiskQueue:
             if delivered is not None:
                 self._record_delivery(*delivered)
             if refused is not None:
-                self.dropped_ranges.append(refused)
                 self._record_dropped_locked(*refused)
             c = self.cursor
             c.read_pos, c.read_n = pos, n
@@ -940,12 +1061,23 @@ class DiskQueue:
         _cut_after(path, kept * _DROPPED.size, size)
 
     def _record_dropped_locked(self, first: int, end: int) -> None:
-        """Make the drop of entries [first, end) durable before the cursor skips them."""
+        """Make the drop of entries [first, end) durable before the cursor skips them, and
+        known to queries. On a full disk the reserve file gives up its room for it."""
+        try:
+            self._write_dropped_locked(first, end)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._release_reserve():
+                raise
+            self._write_dropped_locked(first, end)
+        self.dropped_ranges.append((first, end))
+
+    def _write_dropped_locked(self, first: int, end: int) -> None:
         path = self.directory / DROPPED_RANGES
         if self._dropped_records >= 2 * DROPPED_RANGES_KEPT:
-            # Rewrite with the ranges kept (this one included), then replace atomically.
+            # Rewrite with the newest ranges (this one included), then replace atomically.
+            kept = [*list(self.dropped_ranges)[1 - DROPPED_RANGES_KEPT :], (first, end)]
             fresh = self.directory / (DROPPED_RANGES + ".new")
-            data = b"".join(_dropped_record(f, e) for f, e in self.dropped_ranges)
+            data = b"".join(_dropped_record(f, e) for f, e in kept)
             fd = os.open(fresh, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
             try:
                 os.write(fd, data)
@@ -954,7 +1086,7 @@ class DiskQueue:
                 os.close(fd)
             os.replace(fresh, path)
             self._sync_dir()
-            self._dropped_records = len(self.dropped_ranges)
+            self._dropped_records = len(kept)
             return
         fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
         try:
@@ -966,12 +1098,50 @@ class DiskQueue:
             self._sync_dir()  # the file is new
         self._dropped_records += 1
 
+    def _make_reserve(self) -> None:
+        """Set :data:`RESERVE_BYTES` of disk aside (best effort), for what must be written to
+        free room on a full disk: the record of a drop."""
+        path = self.directory / RESERVE
+        if path.exists():
+            return
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, bytes(RESERVE_BYTES))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if not self._reserve_missing:
+                _log.warning("%s: no disk reserve: %s", self.directory, exc)
+            self._reserve_missing = True
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return
+        self._reserve_missing = False
+
+    def _release_reserve(self) -> bool:
+        try:
+            (self.directory / RESERVE).unlink()
+        except FileNotFoundError:
+            return False
+        _log.warning("%s: the disk is full; using the reserve to record a drop", self.directory)
+        return True
+
     def _record_delivery(self, first: int, count: int, base: int) -> None:
         raw = _OFFSET.pack(first, count, base, 0)
         raw = raw[:-4] + struct.pack(">I", crc32c(raw[:-4]))
         # Not synced per batch: the cursor written next is what makes the delivery count;
         # after a crash of the machine the newest records may be missing (offset unknown).
-        os.write(self._index_fd, raw)
+        try:
+            os.write(self._index_fd, raw)
+        except OSError as exc:
+            # Only offsets for queries are lost (they answer -1); the read position must
+            # still move, or a full disk would never get the room delivery frees.
+            if not self._index_failing:
+                _log.warning("%s: offsets not recorded: %s", self.directory, exc)
+            self._index_failing = True
+            return
+        self._index_failing = False
         self._index_records += 1
         if self._delivered_first and first < self._delivered_first[-1]:
             index = bisect.bisect_right(self._delivered_first, first)

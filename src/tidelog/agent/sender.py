@@ -537,6 +537,8 @@ class Sender:
             "dropped": q.dropped,
             "rejected": self.rejected,
             "corrupt": q.corrupt,
+            "disk_full": q.disk_full,
+            "disk_full_waits": q.disk_full_waits,
             "fsyncs": q.fsyncs,
             "retries": self.retries,
             "producer_id": self.producer_id,

@@ -39,6 +39,7 @@ _COLUMNS = (
     ("DROPPED", "dropped"),
     ("REJECTED", "rejected"),
     ("RETRIES", "retries"),
+    ("DISK", "disk_full"),
     ("LAST-ERROR", "last_error"),
 )
 
@@ -127,5 +128,12 @@ def _status(args: argparse.Namespace) -> int:
 
     with AgentClient(args.socket, timeout=10) as client:
         queues = client.status()["queues"]
-    print_table([h for h, _ in _COLUMNS], [[q.get(k, "") for _, k in _COLUMNS] for q in queues])
+    print_table([h for h, _ in _COLUMNS], [[_cell(q, k) for _, k in _COLUMNS] for q in queues])
     return 0
+
+
+def _cell(queue: dict[str, Any], key: str) -> Any:
+    value = queue.get(key, "")
+    if key == "disk_full":
+        return "FULL" if value else "ok"
+    return value
