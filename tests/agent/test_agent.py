@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_helpers import add_partitions, create_topic, read_topic
+from agent_helpers import add_partitions, create_topic, read_topic, wait_for
 from interop_broker import BrokerProcess, free_port
 
 from tidelog.agent import (
@@ -27,13 +27,6 @@ from tidelog.agent.queue import CURSOR_SLOT, Cursor
 from tidelog.client.partitioner import partition_for_key
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def test_in_process_delivery_offsets_and_key_partitioning(
@@ -349,6 +342,9 @@ def test_explicit_partitions_are_checked_and_never_set_the_partition_count(
         # one instead of being hashed over six partitions the topic may not have.
         assert agent.partition_count("fresh") is None
         assert agent.send("fresh", b"k", key=b"key").partition == -1
+        # From now on the explicit partition is parked too (pinned), behind that event.
+        assert agent.send("fresh", b"q", partition=5).partition == -1
+        assert agent.partition_count("fresh") is None
     # A known count (as metadata left it in topics.json) is not raised by a partition past it;
     # what metadata could not have written there is ignored.
     (data / "topics.json").write_text('{"known": 3, "../up": 2, "neg": -1, "bool": true}')

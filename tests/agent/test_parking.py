@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_helpers import create_topic, read_topic
+from agent_helpers import add_partitions, create_topic, read_topic, wait_for
 from interop_broker import BrokerProcess
 from test_crash import Daemon
 
-from tidelog.agent import Agent, AgentClient, EventId
+from tidelog.agent import Agent, AgentClient, AgentServer, EventId
 from tidelog.agent.event import decode_body
 from tidelog.agent.parking import MoveJournal
 from tidelog.agent.queue import ENTRY, ENTRY_SIZE, DiskQueue
@@ -213,3 +213,67 @@ def test_daemon_parks_events_until_the_topic_exists(
     # Asked by the parked id, after the restart: delivered, at the offset the topic shows.
     for value, answer in answers.items():
         assert (answer.state, answer.partition, answer.offset) == ("delivered", *seen[value])
+
+
+def test_explicit_partitions_stay_behind_the_parked_events(
+    tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """Once a topic has parked events, events sent to an explicit partition (in-process or
+    over the socket) are parked too, pinned to it, so that nobody's events overtake their
+    own earlier ones; a pinned partition the topic does not have yet waits for it."""
+    broker = NoAutoCreateBroker(tmp_path / "broker", kind="tidelog")
+    broker.workdir.mkdir()
+    broker.start()
+    topic = topic_name()
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "data.dir": str(tmp_path / "data"),
+        "metadata.max.age.ms": 500,
+    }
+    expected: dict[bytes, int | None] = {}  # value -> its partition (None: sticky)
+    try:
+        with Agent(config) as agent:
+            server = AgentServer(agent, tmp_path / "agent.sock")
+            server.start()
+            try:
+                with AgentClient(tmp_path / "agent.sock") as client:
+                    ids = [agent.send(topic, b"e000")]  # parked: the topic is unknown
+                    expected[b"e000"] = None
+                    for i in range(1, 300):
+                        value = b"e%03d" % i
+                        if i % 4 == 0:
+                            ids.append(agent.send(topic, value, partition=1))
+                            expected[value] = 1
+                        elif i % 4 == 1:
+                            key = b"k%d" % (i % 5)
+                            ids.append(agent.send(topic, value, key=key))
+                            expected[value] = partition_for_key(key, PARTITIONS)
+                        elif i % 4 == 2:
+                            ids.extend(agent.send_many(topic, [(None, value)], partition=2))
+                            expected[value] = 2
+                        else:
+                            ids.append(client.send(topic, value, partition=1))
+                            expected[value] = 1
+                    late = agent.send(topic, b"late", partition=PARTITIONS + 1)
+                    assert {e.partition for e in [*ids, late]} == {-1}
+                    create_topic(broker.bootstrap, topic, PARTITIONS)
+                    wait_for(lambda: all(agent.delivery(e).state == "delivered" for e in ids))
+                    # Pinned to a partition the topic does not have: moved, and waiting.
+                    state = agent.delivery(late)
+                    assert (state.state, state.partition) == ("pending", PARTITIONS + 1)
+                    add_partitions(broker.bootstrap, topic, PARTITIONS + 2)
+                    wait_for(lambda: agent.delivery(late).state == "delivered")
+            finally:
+                server.stop()
+        records = read_topic(broker.bootstrap, topic, PARTITIONS + 2)
+    finally:
+        broker.stop()
+    assert [v for _, _, v in records[PARTITIONS + 1]] == [b"late"]
+    assert records[PARTITIONS] == []
+    found = [(p, v) for p in range(PARTITIONS) for _, _, v in records[p]]
+    assert sorted(v for _, v in found if v is not None) == sorted(expected)
+    for p in range(PARTITIONS):
+        values = [v for _, _, v in records[p] if v is not None]
+        # Each partition holds its events in the order they were sent, whichever way.
+        assert values == sorted(values)
+        assert all(expected[v] in (p, None) for v in values)

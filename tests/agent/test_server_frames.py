@@ -137,3 +137,19 @@ def test_a_partition_below_minus_one_is_refused(tmp_path: Path) -> None:
     assert [(r, status) for r, status, _ in got] == [(1, BAD_REQUEST), (3, BAD_REQUEST), (2, OK)]
     assert b"partition -2" in got[0][2] and b"partition -5" in got[1][2]
     assert [(t, p) for t, p, _ in agent.stored] == [("a", 4)]
+
+
+def test_a_negative_timestamp_is_refused(tmp_path: Path) -> None:
+    # The body's timestamp is CreateTime from 0; a parked queue also relies on it (a pinned
+    # parked entry starts with a negative number where a body has its timestamp).
+    agent = RecordingAgent()
+    server = AgentServer(agent, tmp_path / "unused.sock")  # type: ignore[arg-type]
+    good = encode_body(None, b"v", None, 0)
+    bad = (-(1 << 63)).to_bytes(8, "big", signed=True) + good[8:]
+    replies: list[bytes] = []
+    chunk = send(1, "a", -1, bad) + send(2, "a", -1, good)
+    assert server._handle(bytearray(chunk), replies) == len(chunk)
+    got = answers(b"".join(replies))
+    assert [(r, status) for r, status, _ in got] == [(1, BAD_REQUEST), (2, OK)]
+    assert b"timestamp must be epoch milliseconds from 0" in got[0][2]
+    assert [len(items) for _, _, items in agent.stored] == [1]

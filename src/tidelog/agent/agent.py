@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 
 from tidelog.agent.errors import AgentClosedError, AgentError
 from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
-from tidelog.agent.parking import ParkedTopic
+from tidelog.agent.parking import ParkedTopic, pin
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
 from tidelog.agent.sender import Sender
 from tidelog.agent.wire import INT32_MAX, check_partition
@@ -424,11 +424,18 @@ class Agent:
         parked.start()
         return parked
 
-    def _parking(self, topic: str) -> ParkedTopic | None:
-        """The parked queue events of ``topic`` (without explicit partition) must go to, or
-        None when they go to the partition queues."""
+    def _parked_active(self, topic: str) -> ParkedTopic | None:
+        """The parked queue of ``topic`` while it has events to move (every event of the
+        topic must go there then, to stay behind them), else None."""
         parked = self._parked.get(topic)
-        if parked is not None and parked.active:
+        return parked if parked is not None and parked.active else None
+
+    def _parking(self, topic: str) -> ParkedTopic | None:
+        """The parked queue events of ``topic`` without explicit partition must go to
+        (opened when the cluster does not know the topic), or None when they go to the
+        partition queues."""
+        parked = self._parked_active(topic)
+        if parked is not None:
             return parked
         if topic in self._topics:
             return None
@@ -467,6 +474,8 @@ class Agent:
 
         An event for a topic the cluster does not know yet is stored in the topic's parked
         queue: its id has partition -1 until it moves (see :mod:`tidelog.agent.parking`).
+        While that queue holds events, an event with an explicit ``partition`` is parked too
+        (pinned to it), so that it stays behind them.
 
         :raises QueueFullError: the queue is at ``queue.max.bytes`` with policy ``reject``.
         """
@@ -475,11 +484,12 @@ class Agent:
         if partition is not None:
             check_partition(partition)
         body = encode_body(key, value, headers, event_timestamp(timestamp))
+        parked = self._parking(topic) if partition is None else self._parked_active(topic)
+        if parked is not None:
+            entry = body if partition is None else pin(partition, body)
+            with contextlib.suppress(QueueSealed):
+                return self._park(parked, [entry], on_delivery)[0]
         if partition is None:
-            parked = self._parking(topic)
-            if parked is not None:
-                with contextlib.suppress(QueueSealed):
-                    return self._park(parked, [body], on_delivery)[0]
             partition = self._partition(topic, self._topics[topic], key, len(body))
         queue = self._queue(topic, partition)
         if on_delivery is None:
@@ -518,11 +528,12 @@ class Agent:
             raise AgentClosedError("the agent is closed")
         if partition is not None:
             check_partition(partition)
+        parked = self._parking(topic) if partition is None else self._parked_active(topic)
+        if parked is not None:
+            entries = [b if partition is None else pin(partition, b) for _, b in items]
+            with contextlib.suppress(QueueSealed):
+                return self._park(parked, entries, None, wait_for_space)
         if partition is None:
-            parked = self._parking(topic)
-            if parked is not None:
-                with contextlib.suppress(QueueSealed):
-                    return self._park(parked, [b for _, b in items], None, wait_for_space)
             chosen = self.assign_partitions(
                 topic, self._topics[topic], [(k, len(b)) for k, b in items]
             )

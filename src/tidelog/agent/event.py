@@ -152,7 +152,10 @@ def check_body_at(data: bytes | bytearray | memoryview, start: int, end: int) ->
     size = end - start
     if size < FIXED_SIZE:
         raise EventFormatError(f"event body of {size} bytes is shorter than its fixed part")
-    _, key_len, value_len, count = _FIXED.unpack_from(data, start)
+    timestamp, key_len, value_len, count = _FIXED.unpack_from(data, start)
+    if timestamp < 0:
+        # As event_timestamp() refuses; a parked queue also tells its entries apart by it.
+        raise EventFormatError(f"timestamp must be epoch milliseconds from 0, got {timestamp}")
     if key_len < -1 or value_len < -1:
         raise EventFormatError("negative key or value length")
     pos = start + FIXED_SIZE + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0)

@@ -4,13 +4,18 @@ An event for a topic without metadata cannot be partitioned, but the caller must
 durable acknowledgement at once. It goes to the topic's *parked queue*, an ordinary
 :class:`~tidelog.agent.queue.DiskQueue` (same entries, CRC, group commit) in
 ``<data.dir>/parked/<topic>/``; its event id has partition -1. While the parked queue holds
-events, every new event of the topic without an explicit partition is parked too, so that
-events keep their order. A mover thread per parked queue waits for the topic's metadata
-(asking the broker to create the topic when ``allow.auto.create.topics``), then moves the
-parked events, in chunks, into the partition queues, partitioned as they would have been
-(the client's partitioner: same key, same partition; sticky for events without a key). Once
+events, every new event of the topic is parked too, so that events keep their order; one
+sent with an explicit partition is *pinned* to it. A mover thread per parked queue waits for
+the topic's metadata (asking the broker to create the topic when
+``allow.auto.create.topics``), then moves the parked events, in chunks, into the partition
+queues: a pinned event to its partition, the others partitioned as they would have been (the
+client's partitioner: same key, same partition; sticky for events without a key). Once
 everything submitted has moved, the queue is sealed under its lock: later events go straight
 to the partition queues, after the moved ones.
+
+A parked entry's body is a record body (see :mod:`tidelog.agent.event`), or for a pinned
+event ``PINNED i64 (-2**63) | partition i32 | record body``: a record body starts with its
+timestamp, which is never negative, so the first 8 bytes tell the two apart.
 
 The move journal ``moves`` (next to the parked queue's files) makes a move exactly-once
 across crashes. Records, big-endian::
@@ -74,6 +79,8 @@ _HEAD = struct.Struct(">BII")
 _PLAN = struct.Struct(">QQQi")
 _PLACED = struct.Struct(">QiQII")
 _KEY_LEN = struct.Struct(">i")
+_PIN = struct.Struct(">qi")
+PINNED = -(1 << 63)
 PLAN = 1
 PLACED = 2
 JOURNAL = "moves"
@@ -217,6 +224,19 @@ class MoveJournal:
             os.close(self._fd)
 
 
+def pin(partition: int, body: bytes | memoryview) -> bytes:
+    """The parked entry of ``body`` sent with the explicit ``partition``."""
+    return _PIN.pack(PINNED, partition) + body
+
+
+def unpin(entry: bytes | memoryview) -> tuple[int | None, bytes | memoryview]:
+    """(explicit partition or None, record body) of a parked entry."""
+    mark, partition = _PIN.unpack_from(entry, 0)
+    if mark != PINNED:
+        return None, entry
+    return partition, entry[_PIN.size :]
+
+
 def body_key(body: bytes | memoryview) -> bytes | None:
     """The key of a stored (already checked) record body."""
     (key_len,) = _KEY_LEN.unpack_from(body, 8)
@@ -235,7 +255,7 @@ class ParkedTopic:
             segment_bytes=cfg["queue.segment.bytes"],
             max_bytes=cfg["queue.max.bytes"],
             policy=cfg["queue.full.policy"],
-            max_entry_bytes=cfg["max.request.size"],
+            max_entry_bytes=cfg["max.request.size"] + _PIN.size,
             fsync=agent.fsync,
         )
         self.journal = MoveJournal(directory, agent.fsync)
@@ -319,9 +339,16 @@ class ParkedTopic:
         last = entries[-1]
         end_pos = last.position + ENTRY_SIZE + len(last.body)
         self.queue.in_flight_end = (end_pos, last.number + 1)
-        assign = self.agent.assign_partitions(
-            self.topic, parts, [(body_key(e.body), len(e.body)) for e in entries]
+        pins = [unpin(e.body) for e in entries]
+        free = [i for i, (pinned, _) in enumerate(pins) if pinned is None]
+        chosen = self.agent.assign_partitions(
+            self.topic, parts, [(body_key(pins[i][1]), len(pins[i][1])) for i in free]
         )
+        # A pinned partition past the known count waits in its queue for the partition to
+        # exist, as an explicit partition sent directly does.
+        assign = [-1 if pinned is None else pinned for pinned, _ in pins]
+        for i, partition in zip(free, chosen, strict=True):
+            assign[i] = partition
         plan = self.journal.plan(n0, last.number + 1, end_pos, parts.count, assign)
         self._finish(plan, entries)
 
@@ -338,7 +365,7 @@ class ParkedTopic:
             if have >= len(group):
                 continue
             rest = group[have:]
-            bodies = [entries[i].body for i in rest]
+            bodies = [unpin(entries[i].body)[1] for i in rest]
             self._append(plan, partition, queue, have, rest, bodies)
         self.queue.commit(plan.end_pos, plan.n1, 0, -1, -1)
         self.queue.in_flight_end = None
@@ -352,7 +379,7 @@ class ParkedTopic:
         queue: DiskQueue,
         start: int,
         indexes: list[int],
-        bodies: list[memoryview],
+        bodies: list[bytes | memoryview],
     ) -> None:
         sender_callbacks = self.agent.sender_callbacks(self.topic, partition)
 
@@ -439,4 +466,4 @@ class ParkedTopic:
         }
 
 
-__all__ = ["MoveJournal", "ParkedTopic", "Plan", "QueueSealed", "body_key"]
+__all__ = ["MoveJournal", "ParkedTopic", "Plan", "QueueSealed", "body_key", "pin", "unpin"]

@@ -1217,4 +1217,6 @@ class DiskQueue:
         if number != start_n or length < 8:
             return 0.0
         stamp_ms: int = struct.unpack_from(">q", raw, ENTRY_SIZE)[0]
+        if stamp_ms < 0:  # not a record body (a parked event pinned to a partition)
+            return max(0.0, now - mtime)
         return max(0.0, now - min(stamp_ms / 1000, float(mtime)))
