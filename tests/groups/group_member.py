@@ -149,6 +149,12 @@ def run_kafka_python(o: dict[str, Any], stop: threading.Event) -> None:
         metadata_max_age_ms=2000,
         **kwargs,
     )
+    # The topic's metadata first. kafka-python 3.0 otherwise joins without it, assigns
+    # nothing, and rejoins from its network thread once the metadata arrives; when its main
+    # thread polls while that rejoin's leader SyncGroup is in flight, the (correct) answer
+    # is dropped and the member hangs, never assigned, until the session times out (seen in
+    # its own debug log: "Received SyncGroup response", then nothing more of the join).
+    consumer.partitions_for_topic(o["topic"])
     consumer.subscribe([o["topic"]], listener=Listener())
     try:
         while not stop.is_set():
