@@ -23,6 +23,7 @@ from tidelog.agent import (
     EventTooLargeError,
     QueueFullError,
 )
+from tidelog.agent.event import encode_body
 from tidelog.agent.queue import CURSOR_SLOT, Cursor
 from tidelog.client.partitioner import partition_for_key
 
@@ -345,6 +346,16 @@ def test_explicit_partitions_are_checked_and_never_set_the_partition_count(
         # From now on the explicit partition is parked too (pinned), behind that event.
         assert agent.send("fresh", b"q", partition=5).partition == -1
         assert agent.partition_count("fresh") is None
+        # Parked or not, pinned or not, an event must fit max.request.size (the record body:
+        # it has to fit in the partition queue it moves to).
+        limit = 1_048_576  # max.request.size's default
+        fits = b"v" * (limit - len(encode_body(None, b"", None, 0)))
+        for partition in (None, 5):
+            assert agent.send("fresh", fits, partition=partition).partition == -1
+            with pytest.raises(EventTooLargeError, match=f"larger than {limit} bytes"):
+                agent.send("fresh", fits + b"12345", partition=partition)
+            with pytest.raises(EventTooLargeError):
+                agent.send_many("fresh", [(None, fits + b"1")], partition=partition)
     # A known count (as metadata left it in topics.json) is not raised by a partition past it;
     # what metadata could not have written there is ignored.
     (data / "topics.json").write_text('{"known": 3, "../up": 2, "neg": -1, "bool": true}')

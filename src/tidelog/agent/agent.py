@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 from tidelog.agent.errors import AgentClosedError, AgentError
 from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
 from tidelog.agent.parking import ParkedTopic, pin
-from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed
+from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed, check_entry_sizes
 from tidelog.agent.sender import Sender
 from tidelog.agent.wire import INT32_MAX, check_partition
 from tidelog.client.cluster import ClusterClient
@@ -486,9 +486,8 @@ class Agent:
         body = encode_body(key, value, headers, event_timestamp(timestamp))
         parked = self._parking(topic) if partition is None else self._parked_active(topic)
         if parked is not None:
-            entry = body if partition is None else pin(partition, body)
             with contextlib.suppress(QueueSealed):
-                return self._park(parked, [entry], on_delivery)[0]
+                return self._park(parked, [body], partition, on_delivery)[0]
         if partition is None:
             partition = self._partition(topic, self._topics[topic], key, len(body))
         queue = self._queue(topic, partition)
@@ -530,9 +529,8 @@ class Agent:
             check_partition(partition)
         parked = self._parking(topic) if partition is None else self._parked_active(topic)
         if parked is not None:
-            entries = [b if partition is None else pin(partition, b) for _, b in items]
             with contextlib.suppress(QueueSealed):
-                return self._park(parked, entries, None, wait_for_space)
+                return self._park(parked, [b for _, b in items], partition, None, wait_for_space)
         if partition is None:
             chosen = self.assign_partitions(
                 topic, self._topics[topic], [(k, len(b)) for k, b in items]
@@ -560,10 +558,17 @@ class Agent:
         self,
         parked: ParkedTopic,
         bodies: Sequence[bytes | memoryview],
+        partition: int | None,
         callback: DeliveryCallback | None,
         wait_for_space: bool = True,
     ) -> list[EventId]:
+        """Store record ``bodies`` in ``parked`` (pinned to ``partition`` if not None)."""
         topic = parked.topic
+        # Checked here, against the partition queues' limit: the parked queue's own limit
+        # leaves room for the pin, and an event it took must fit where it moves to.
+        check_entry_sizes(bodies, self.config["max.request.size"])
+        if partition is not None:
+            bodies = [pin(partition, b) for b in bodies]
 
         def numbered(first: int) -> None:
             if callback is None:

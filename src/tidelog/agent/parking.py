@@ -255,6 +255,8 @@ class ParkedTopic:
             segment_bytes=cfg["queue.segment.bytes"],
             max_bytes=cfg["queue.max.bytes"],
             policy=cfg["queue.full.policy"],
+            # Room for the pin; the record bodies are held to max.request.size by the agent,
+            # so that each fits in the partition queue it moves to.
             max_entry_bytes=cfg["max.request.size"] + _PIN.size,
             fsync=agent.fsync,
         )

@@ -230,6 +230,22 @@ class Cursor:
         return cls(gen, rp, rn, sp, sn, seq, pid, epoch)
 
 
+def check_entry_sizes(bodies: Sequence[bytes | memoryview], max_entry_bytes: int) -> int:
+    """The bytes ``bodies`` take as entries.
+
+    :raises EventTooLargeError: a body is larger than ``max_entry_bytes``.
+    """
+    size = 0
+    for body in bodies:
+        if len(body) > max_entry_bytes:
+            raise EventTooLargeError(
+                f"event of {len(body)} bytes is larger than {max_entry_bytes} bytes "
+                "(max.request.size)"
+            )
+        size += ENTRY_SIZE + len(body)
+    return size
+
+
 @dataclass(slots=True)
 class Entry:
     number: int
@@ -542,14 +558,7 @@ class DiskQueue:
         wait_for_space: bool,
     ) -> tuple[int, threading.Condition]:
         """Buffer the entries; returns the first number and the condition of their sync."""
-        size = 0
-        for body in bodies:
-            if len(body) > self.max_entry_bytes:
-                raise EventTooLargeError(
-                    f"event of {len(body)} bytes is larger than {self.max_entry_bytes} bytes "
-                    "(max.request.size)"
-                )
-            size += ENTRY_SIZE + len(body)
+        size = check_entry_sizes(bodies, self.max_entry_bytes)
         with self._lock:
             while True:
                 if self._closed:
