@@ -45,6 +45,7 @@ from tidelog.records.errors import (
 from tidelog.records.reader import (
     Record,
     RecordColumns,
+    TimestampDeltaBounds,
     check_records,
     decode_columns,
     decode_records,
@@ -66,6 +67,7 @@ __all__ = [
     "Record",
     "RecordColumns",
     "RecordsError",
+    "TimestampDeltaBounds",
     "TruncatedBatchError",
     "UnsupportedCompressionError",
     "build_end_txn_marker_batch",

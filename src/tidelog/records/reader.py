@@ -56,6 +56,21 @@ Buffer = bytes | bytearray | memoryview
 RowT = TypeVar("RowT", bound=tuple[Any, ...])
 
 
+class TimestampDeltaBounds(NamedTuple):
+    """Every record's timestamp delta in a batch lies within ``[lowest, highest]``.
+
+    Not the exact extremes: :func:`check_records` skips the one- and two-byte deltas
+    without decoding them, so the bounds are never narrower than SHORT_TIMESTAMP_DELTAS.
+    """
+
+    lowest: int
+    highest: int
+
+
+# The range of a one- or two-byte zigzag varlong (14 bits of payload).
+SHORT_TIMESTAMP_DELTAS = TimestampDeltaBounds(-8192, 8191)
+
+
 class Record(NamedTuple):
     """One record with its absolute offset and timestamp."""
 
@@ -401,7 +416,7 @@ def check_records(
     *,
     header: BatchHeader | None = None,
     max_decompressed_size: int | None = None,
-) -> None:
+) -> TimestampDeltaBounds:
     """Check that every record of the batch at ``pos`` is well formed, building nothing.
 
     The broker runs this on every produced batch, as Kafka validates every record: a
@@ -410,6 +425,10 @@ def check_records(
     checks (lengths against what remains, record count, rising offset deltas, the
     layout of headers) for about half the cost, because it slices and allocates nothing
     per record. ``header`` skips re-validating the batch, as in :func:`iter_records`.
+
+    Returns bounds on the records' timestamp deltas (:class:`TimestampDeltaBounds`), so
+    that the broker decodes the records to check their timestamps only when a batch comes
+    within those bounds of the topic's timestamp window.
     """
     if header is None:
         header = validate_batch(buf, pos)
@@ -425,8 +444,10 @@ def check_records(
     index = 0
     previous = -1
     stretch = MIN_RUN
+    bounds = SHORT_TIMESTAMP_DELTAS
     try:
-        # As in _parse: uniform runs at once, record by record elsewhere.
+        # As in _parse: uniform runs at once, record by record elsewhere. A run's timestamp
+        # deltas are one or two bytes long (runs.py), within SHORT_TIMESTAMP_DELTAS.
         while index < count:
             run = find_run(data, p, index, previous, count, header.last_offset_delta)
             if run is not None:
@@ -436,7 +457,9 @@ def check_records(
                 stretch = MIN_RUN
                 continue
             stop = min(count, index + stretch)
-            p, previous = _check_span(data, pos, p, index, stop, previous, header.last_offset_delta)
+            p, previous, bounds = _check_span(
+                data, pos, p, index, stop, previous, header.last_offset_delta, bounds
+            )
             index = stop
             stretch *= 2
     except CorruptBatchError as exc:
@@ -445,15 +468,26 @@ def check_records(
         raise CorruptBatchError(
             f"record batch at position {pos} has {size - p} bytes after its {count} records"
         )
+    return bounds
 
 
 def _check_span(
-    data: bytes, pos: int, p: int, first: int, stop: int, previous: int, last_offset_delta: int
-) -> tuple[int, int]:
+    data: bytes,
+    pos: int,
+    p: int,
+    first: int,
+    stop: int,
+    previous: int,
+    last_offset_delta: int,
+    bounds: TimestampDeltaBounds,
+) -> tuple[int, int, TimestampDeltaBounds]:
     """Checks records ``first`` to ``stop`` (exclusive) from byte ``p`` one by one; returns
-    the position after them and the offset delta of the last."""
+    the position after them, the offset delta of the last, and ``bounds`` widened to every
+    timestamp delta longer than two bytes among them (shorter ones are within
+    SHORT_TIMESTAMP_DELTAS, which ``bounds`` always covers)."""
     size = len(data)
     uvarint = _uvarint
+    lowest, highest = bounds
     index = first
     try:
         for index in range(first, stop):
@@ -474,7 +508,12 @@ def _check_span(
             elif data[p + 2] < 0x80:
                 p += 3
             else:
-                _, p = uvarint(data, p + 1, 10)
+                zz, p = uvarint(data, p + 1, 10)
+                delta = (zz >> 1) ^ -(zz & 1)
+                if delta < lowest:
+                    lowest = delta
+                elif delta > highest:
+                    highest = delta
             zz = data[p]
             if zz < 0x80:
                 p += 1
@@ -527,7 +566,7 @@ def _check_span(
                 raise CorruptBatchError(f"record {index}: fields do not fill its length")
     except IndexError:
         raise CorruptBatchError(f"record {index} runs past the end of the records block") from None
-    return p, previous
+    return p, previous, TimestampDeltaBounds(lowest, highest)
 
 
 def _prepare(

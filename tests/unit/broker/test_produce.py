@@ -253,6 +253,75 @@ def test_old_timestamp_refused_with_before_max_ms(broker: Any) -> None:
     assert len(stored_batches(broker, "t")) == 1
 
 
+# Timestamp deltas of every length a producer writes: one and two bytes (within the +-8192 ms
+# the walk skips without decoding) and three or more.
+_OUT_OF_WINDOW = [
+    ("two-byte delta, just too old", [NOW - 55_000, NOW - 60_001, NOW - 55_000], [1]),
+    ("long delta, far too old", [NOW, NOW - 7_200_000, NOW, NOW - 60_001], [1, 3]),
+    ("two-byte delta, just too new", [NOW + 55_000, NOW + 60_001, NOW + 55_000], [1]),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "timestamps", "refused"), _OUT_OF_WINDOW, ids=[c[0] for c in _OUT_OF_WINDOW]
+)
+@pytest.mark.parametrize("compact", [False, True], ids=["delete", "compact"])
+def test_every_records_timestamp_is_checked(
+    broker: Any, name: str, timestamps: list[int], refused: list[int], compact: bool
+) -> None:
+    """A record after the first that is out of the window refuses the batch (Kafka checks
+    every record), on plain and compacted topics alike."""
+    policy = {"cleanup.policy": "compact"} if compact else {}
+    add_topic(broker, "t", config=LogConfig.from_mapping({**_TIMESTAMP_BOUNDS, **policy}))
+    batch = make_batch(timestamps=timestamps)
+    bad = only(call(broker, 9, produce_request(9, {"t": {0: batch}})))
+    assert bad.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index for e in bad.record_errors] == refused
+    assert all("is out of range" in str(e.batch_index_error_message) for e in bad.record_errors)
+    assert stored_batches(broker, "t") == []
+
+
+def test_a_uniform_batch_with_one_old_record_is_refused(broker: Any) -> None:
+    """Records of one size are walked as uniform runs; an old record in the middle still
+    refuses the batch, whether its delta breaks the run (three bytes) or fits it (two)."""
+    add_topic(broker, "t", config=LogConfig.from_mapping(_TIMESTAMP_BOUNDS))
+    for old, index in ((NOW - 60_001, 20), (NOW - 7_200_000, 33)):
+        timestamps = [NOW - 55_000] * 40
+        timestamps[index] = old
+        batch = make_batch([b"x" * 10] * 40, keys=[b"k"] * 40, timestamps=timestamps)
+        bad = only(call(broker, 9, produce_request(9, {"t": {0: batch}})))
+        assert bad.error_code == ErrorCode.INVALID_TIMESTAMP, old
+        assert [e.batch_index for e in bad.record_errors] == [index]
+    assert stored_batches(broker, "t") == []
+
+
+def test_records_near_the_bounds_are_decoded_and_accepted(broker: Any) -> None:
+    """A batch within 8 s of a bound has its records compared one by one: in range, it is
+    stored."""
+    add_topic(broker, "t", config=LogConfig.from_mapping(_TIMESTAMP_BOUNDS))
+    edge = make_batch(timestamps=[NOW - 55_000, NOW - 60_000, NOW + 60_000, NOW])
+    assert only(call(broker, 9, produce_request(9, {"t": {0: edge}}))).error_code == (
+        ErrorCode.NONE
+    )
+    assert [h.record_count for h in stored_batches(broker, "t")] == [4]
+
+
+def test_batches_far_from_the_bounds_are_not_decoded(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common case costs no decoding: the walk's bounds on the deltas settle it."""
+
+    def no_decoding(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("records decoded for the timestamp check")
+
+    monkeypatch.setattr(produce_validation, "iter_records", no_decoding)
+    add_topic(broker, "t", config=LogConfig.from_mapping(_TIMESTAMP_BOUNDS))
+    spread = make_batch(timestamps=[NOW - 40_000, NOW - 50_000, NOW + 45_000, NOW])
+    assert only(call(broker, 9, produce_request(9, {"t": {0: spread}}))).error_code == (
+        ErrorCode.NONE
+    )
+
+
 def test_message_too_large(broker: Any) -> None:
     add_topic(broker, "t", config=LogConfig(max_message_bytes=100))
     big = make_batch([b"x" * 200])

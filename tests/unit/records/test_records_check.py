@@ -13,7 +13,10 @@ from tidelog.records import (
     RecordsError,
     check_records,
     decode_records,
+    iter_records,
 )
+from tidelog.records.batch import parse_header
+from tidelog.records.reader import SHORT_TIMESTAMP_DELTAS
 
 from .test_records_codec import batch_st, build, forged, with_crc
 
@@ -29,6 +32,34 @@ def _outcome(fn: object, data: bytes) -> str:
 @given(batch_st, st.sampled_from(list(Compression)))
 def test_valid_batches_pass(spec: dict, codec: Compression) -> None:  # type: ignore[type-arg]
     check_records(build(spec, codec))
+
+
+@given(batch_st, st.sampled_from(list(Compression)))
+def test_timestamp_bounds_hold_every_record(spec: dict, codec: Compression) -> None:  # type: ignore[type-arg]
+    """The bounds returned cover every record's timestamp delta and never narrow past the
+    one- and two-byte deltas the walk leaves undecoded. (CreateTime batches: a LogAppendTime
+    batch reports its max timestamp for every record, whatever deltas it holds.)"""
+    batch = build({**spec, "log_append_time": None}, codec)
+    bounds = check_records(batch)
+    base = parse_header(batch).base_timestamp
+    assert bounds.lowest <= SHORT_TIMESTAMP_DELTAS.lowest
+    assert bounds.highest >= SHORT_TIMESTAMP_DELTAS.highest
+    for record in iter_records(batch):
+        assert bounds.lowest <= record.timestamp - base <= bounds.highest
+
+
+def test_long_timestamp_deltas_are_bounded_exactly() -> None:
+    """Deltas of three bytes or more are decoded: the bounds are their extremes, also past
+    a uniform run."""
+    builder = BatchBuilder()
+    deltas = [0] * 20 + [-7_200_000, 5, 60_001, -9000] + [1] * 20
+    for delta in deltas:
+        builder.append(b"k", b"v", timestamp=1_700_000_000_000 + delta)
+    assert tuple(check_records(builder.close())) == (-7_200_000, 60_001)
+    small = BatchBuilder()
+    for delta in (0, -8000, 8000):
+        small.append(b"k", b"v", timestamp=1_700_000_000_000 + delta)
+    assert check_records(small.close()) == SHORT_TIMESTAMP_DELTAS
 
 
 @settings(max_examples=300)
