@@ -14,7 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, RecordMetadata
 from interop_broker import BrokerProcess
 from interop_data import (
     CODECS,
@@ -50,10 +50,13 @@ async def create_topic(
     assert [(t[0], t[1]) for t in answer.topic_errors] == [(name, 0)]
 
 
-async def produce(
+async def produce_outcomes(
     broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: Any
-) -> list[tuple[int, int]]:
-    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, **config)
+) -> list[RecordMetadata | BaseException]:
+    """Sends `records` with one producer (`config` added to or overriding its defaults) and
+    waits for all of them; returns every record's outcome, in order: its RecordMetadata, or
+    the exception its send failed with."""
+    producer = AIOKafkaProducer(**{"bootstrap_servers": broker.bootstrap, "linger_ms": 5, **config})
     await producer.start()
     try:
         futures = [
@@ -67,10 +70,22 @@ async def produce(
             )
             for rec in records
         ]
-        metadata = await asyncio.gather(*futures)
+        return list(await asyncio.gather(*futures, return_exceptions=True))
     finally:
         await producer.stop()
-    return [(m.partition, m.offset) for m in metadata]
+
+
+async def produce(
+    broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: Any
+) -> list[tuple[int, int]]:
+    """Writes `records`, every one of which must be stored (the first failure is raised);
+    returns each one's (partition, offset), in order."""
+    metadata = []
+    for outcome in await produce_outcomes(broker, topic, records, **config):
+        if isinstance(outcome, BaseException):
+            raise outcome
+        metadata.append((outcome.partition, outcome.offset))
+    return metadata
 
 
 def to_got(record: ConsumerRecord[bytes, bytes]) -> Got:

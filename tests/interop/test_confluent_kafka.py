@@ -48,12 +48,17 @@ def create_topic(
     futures[name].result(TIMEOUT)
 
 
-def produce(
+# A delivery report: the KafkaError of a failed record, or a stored one's (partition, offset).
+DeliveryReport = KafkaError | tuple[int, int]
+
+
+def produce_reports(
     broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: object
-) -> list[tuple[int, int]]:
-    """Writes `records`; returns the (partition, offset) each delivery report gave, in order."""
+) -> list[DeliveryReport]:
+    """Writes `records` with one producer (`config` added to or overriding its defaults) and
+    flushes it; returns every record's delivery report, in order, failed ones included."""
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **config})
-    reports: dict[int, tuple[int, int] | KafkaError] = {}
+    reports: dict[int, DeliveryReport] = {}
 
     def on_delivery(index: int) -> object:
         def report(err: KafkaError | None, msg: Message) -> None:
@@ -72,9 +77,18 @@ def produce(
             on_delivery=on_delivery(index),
         )
     assert producer.flush(TIMEOUT) == 0, "records still queued after flush"
-    errors = {i: r for i, r in reports.items() if isinstance(r, KafkaError)}
+    return [reports[i] for i in range(len(records))]
+
+
+def produce(
+    broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: object
+) -> list[tuple[int, int]]:
+    """Writes `records`, every one of which must be delivered; returns the (partition, offset)
+    each delivery report gave, in order."""
+    reports = produce_reports(broker, topic, records, **config)
+    errors = {i: r for i, r in enumerate(reports) if isinstance(r, KafkaError)}
     assert not errors, f"delivery failed: {errors}"
-    return [reports[i] for i in range(len(records))]  # type: ignore[misc]
+    return [r for r in reports if not isinstance(r, KafkaError)]
 
 
 def consumer_for(broker: BrokerProcess, **config: object) -> Consumer:

@@ -20,6 +20,8 @@ from interop_data import (
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaError
+from kafka.producer.future import RecordMetadata
 
 TIMEOUT_MS = 20_000
 
@@ -41,10 +43,13 @@ def create_topic(
     assert [(t["name"], t["error_code"]) for t in answer["topics"]] == [(name, 0)]
 
 
-def produce(
+def produce_outcomes(
     broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: object
-) -> list[tuple[int, int]]:
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, **config)
+) -> list[RecordMetadata | KafkaError]:
+    """Sends `records` with one producer (`config` added to or overriding its defaults) and
+    flushes it; returns every record's outcome, in order: its RecordMetadata, or the KafkaError
+    its send failed with."""
+    producer = KafkaProducer(**{"bootstrap_servers": broker.bootstrap, "linger_ms": 5, **config})
     try:
         futures = [
             producer.send(
@@ -58,10 +63,28 @@ def produce(
             for rec in records
         ]
         producer.flush(timeout=TIMEOUT_MS / 1000)
-        metadata = [f.get(timeout=TIMEOUT_MS / 1000) for f in futures]
+        outcomes: list[RecordMetadata | KafkaError] = []
+        for future in futures:
+            try:
+                outcomes.append(future.get(timeout=TIMEOUT_MS / 1000))
+            except KafkaError as exc:
+                outcomes.append(exc)
+        return outcomes
     finally:
         producer.close(timeout=5)
-    return [(m.partition, m.offset) for m in metadata]
+
+
+def produce(
+    broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: object
+) -> list[tuple[int, int]]:
+    """Writes `records`, every one of which must be stored (the first failure is raised);
+    returns each one's (partition, offset), in order."""
+    metadata = []
+    for outcome in produce_outcomes(broker, topic, records, **config):
+        if isinstance(outcome, KafkaError):
+            raise outcome
+        metadata.append((outcome.partition, outcome.offset))
+    return metadata
 
 
 def to_got(record: ConsumerRecord) -> Got:

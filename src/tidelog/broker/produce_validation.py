@@ -118,7 +118,7 @@ def validate_partition_records(
         span = _check_records(records, header, topic_partition)
     if isinstance(span, Refusal):
         return span
-    refusal = _check_timestamps(records, header, config, span, now_ms, topic_partition)
+    refusal = _check_timestamps(records, header, config, span, now_ms)
     if refusal is not None:
         return refusal
     return header
@@ -208,7 +208,6 @@ def _check_timestamps(
     config: LogConfig,
     span: tuple[int, int],
     now_ms: int,
-    topic_partition: str,
 ) -> Refusal | None:
     """Kafka's per-record check of CreateTime timestamps, decoding the records only when
     ``span`` (bounds on their timestamps from the walk) or the header's max timestamp
@@ -250,7 +249,8 @@ def _check_timestamps(
         return None
     return Refusal(
         ErrorCode.INVALID_TIMESTAMP,
-        f"One or more records have been rejected due to invalid timestamp in {topic_partition}",
+        # Kafka's text, word for word (the partition is in the response already).
+        "One or more records have been rejected due to invalid timestamp",
         errors,
     )
 

@@ -276,6 +276,7 @@ def test_every_records_timestamp_is_checked(
     batch = make_batch(timestamps=timestamps)
     bad = only(call(broker, 9, produce_request(9, {"t": {0: batch}})))
     assert bad.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert bad.error_message == "One or more records have been rejected due to invalid timestamp"
     assert [e.batch_index for e in bad.record_errors] == refused
     assert all("is out of range" in str(e.batch_index_error_message) for e in bad.record_errors)
     assert stored_batches(broker, "t") == []
