@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -569,3 +570,95 @@ def test_offset_index_survives_reopen_and_rotates(
     assert q.delivered_offset(99) == 1000 + 10 * 24 + 3
     q.close()
     assert index.stat().st_size % 24 == 0
+
+
+class RefusedWrites:
+    """``os.pwrite``/``os.pwritev`` that refuse the writes to some of a queue's files with
+    ``errno`` (an injected full disk or I/O error), and let the rest through."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, refuse: Callable[[int], int | None]):
+        real_pwrite, real_pwritev = os.pwrite, os.pwritev
+
+        def pwrite(fd: int, data: bytes, at: int) -> int:
+            code = refuse(fd)
+            if code is not None:
+                raise OSError(code, os.strerror(code))
+            return real_pwrite(fd, data, at)
+
+        def pwritev(fd: int, buffers: list[memoryview], at: int, flags: int = 0) -> int:
+            code = refuse(fd)
+            if code is not None:
+                raise OSError(code, os.strerror(code))
+            return real_pwritev(fd, buffers, at, flags)
+
+        monkeypatch.setattr(queue_module.os, "pwrite", pwrite)
+        monkeypatch.setattr(queue_module.os, "pwritev", pwritev)
+
+
+def in_thread(work: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(work())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_an_error_while_making_room_fails_the_queue_without_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """drop-oldest on a full disk whose drop cannot write the cursor (a copy-on-write file
+    system may refuse even an overwrite): the sync fails, its caller hears why, and the
+    queue answers every later call and closes, instead of leaving them waiting for a sync
+    that never ends."""
+    import errno
+
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096, policy="drop-oldest")
+    for i in range(40):
+        q.append([body(i, 300)])
+    RefusedWrites(monkeypatch, lambda fd: errno.ENOSPC if fd in (q._fd, q._cursor_fd) else None)
+    first, outcome = in_thread(lambda: q.append([body(40, 300)]))
+    first.join(10)
+    assert not first.is_alive()
+    assert isinstance(outcome[0], AgentClosedError) and "No space left" in str(outcome[0])
+    monkeypatch.undo()
+    later, outcome = in_thread(lambda: q.append([body(41, 300)]))
+    later.join(10)
+    assert isinstance(outcome[0], AgentClosedError) and "failed" in str(outcome[0])
+    closing, _ = in_thread(q.close)
+    closing.join(10)
+    assert not closing.is_alive()
+
+
+def test_callers_waiting_for_room_hear_when_the_queue_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """block on a full disk: a caller that arrived while the disk was full waits for room;
+    when the waiting sync then fails for good (an I/O error), that caller is told at once."""
+    import errno
+
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096, policy="block")
+    for i in range(5):
+        q.append([body(i, 300)])
+    code = [errno.ENOSPC]
+    RefusedWrites(monkeypatch, lambda fd: code[0] if fd == q._fd else None)
+    leader, led = in_thread(lambda: q.append([body(5, 300)]))
+    deadline = time.monotonic() + 10
+    while not q.disk_full and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert q.disk_full
+    follower, followed = in_thread(lambda: q.append([body(6, 300)]))
+    time.sleep(0.2)
+    assert follower.is_alive()  # waiting for room
+    code[0] = errno.EIO
+    leader.join(10)
+    follower.join(3)
+    assert isinstance(led[0], AgentClosedError) and "Input/output error" in str(led[0])
+    assert not follower.is_alive()
+    assert isinstance(followed[0], AgentClosedError) and "failed" in str(followed[0])
+    q.close()

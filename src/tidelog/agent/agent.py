@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tidelog.agent.errors import AgentClosedError, AgentError
+from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
 from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
 from tidelog.agent.parking import ParkedTopic, pin
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed, check_entry_sizes
@@ -350,14 +351,23 @@ class Agent:
             if self._closed:
                 raise AgentClosedError("the agent is closed")
             _check_topic(topic)
-            queue = DiskQueue.open(
-                self.data_dir / "queues" / f"{topic}-{partition}",
-                segment_bytes=self.config["queue.segment.bytes"],
-                max_bytes=self.config["queue.max.bytes"],
-                policy=self.config["queue.full.policy"],
-                max_entry_bytes=self.config["max.request.size"],
-                fsync=self.fsync,
-            )
+            try:
+                queue = DiskQueue.open(
+                    self.data_dir / "queues" / f"{topic}-{partition}",
+                    segment_bytes=self.config["queue.segment.bytes"],
+                    max_bytes=self.config["queue.max.bytes"],
+                    policy=self.config["queue.full.policy"],
+                    max_entry_bytes=self.config["max.request.size"],
+                    fsync=self.fsync,
+                )
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # Under every policy: there is no queue to wait in or drop from yet.
+                raise QueueFullError(
+                    f"queue {topic}-{partition} cannot be created: the disk is full "
+                    f"({exc.strerror})"
+                ) from exc
             # An explicit partition says nothing of the topic's partition count: the count
             # the partitioner uses comes from metadata only (_learn), or keyed events would
             # be hashed over partitions the topic may not have.
@@ -477,7 +487,8 @@ class Agent:
         While that queue holds events, an event with an explicit ``partition`` is parked too
         (pinned to it), so that it stays behind them.
 
-        :raises QueueFullError: the queue is at ``queue.max.bytes`` with policy ``reject``.
+        :raises QueueFullError: the queue is at ``queue.max.bytes`` or the disk is full, with
+            policy ``reject``; or the partition's queue cannot be created on a full disk.
         """
         if self._closed:
             raise AgentClosedError("the agent is closed")

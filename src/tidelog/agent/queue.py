@@ -182,6 +182,34 @@ def _cut_after(path: Path, good: int, size: int) -> None:
         os.truncate(path, good)
 
 
+def _write_whole(fd: int, data: bytes, at: int) -> None:
+    """``pwrite`` all of ``data`` at ``at``: a write cut short by a full disk returns a count,
+    not an error; the next one raises it."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, at)
+        view = view[written:]
+        at += written
+
+
+def _append_whole(fd: int, record: bytes) -> None:
+    """Append all of ``record`` to the ``O_APPEND`` file ``fd``, or none of it: on an error
+    (a full disk), a part already written is cut off again, so that the file never holds a
+    torn record that would end it at the next start."""
+    view = memoryview(record)
+    written = os.write(fd, view)
+    if written == len(view):
+        return
+    size = os.fstat(fd).st_size - written
+    try:
+        view = view[written:]
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        os.ftruncate(fd, size)
+        raise
+
+
 def _dropped_record(first: int, end: int) -> bytes:
     raw = _DROPPED.pack(first, end, 0)[:-4]
     return raw + struct.pack(">I", crc32c(raw))
@@ -358,7 +386,11 @@ class DiskQueue:
     @classmethod
     def open(cls, directory: Path, **kwargs: object) -> DiskQueue:
         queue = cls(directory, **kwargs)  # type: ignore[arg-type]
-        queue._recover()
+        try:
+            queue._recover()
+        except BaseException:
+            queue._close_files()
+            raise
         return queue
 
     def _recover(self) -> None:
@@ -465,9 +497,16 @@ class DiskQueue:
             return Cursor(generation=1, read_pos=0, read_n=0)
         if len(raw) < 2 * CURSOR_SLOT:
             # A new queue: both slots take their blocks now, so that moving the read position
-            # never needs new disk space (on a full disk it is what frees space).
-            os.pwrite(self._cursor_fd, Cursor().pack() + bytes(CURSOR_SLOT), 0)
-            self._fsync(self._cursor_fd)
+            # never needs new disk space (on a full disk it is what frees space). Best effort:
+            # a queue made on a full disk takes them at its first delivery instead.
+            try:
+                _write_whole(self._cursor_fd, Cursor().pack() + bytes(CURSOR_SLOT), 0)
+                self._fsync(self._cursor_fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                os.ftruncate(self._cursor_fd, 0)
+                _log.warning("%s: cursor not preallocated: %s", self.directory, exc)
         return Cursor()
 
     def close(self) -> None:
@@ -493,6 +532,9 @@ class DiskQueue:
             if self._failure is None and self._fd >= 0:
                 with contextlib.suppress(OSError):
                     self._cut_zeros(self.durable_pos - self._fd_base)
+        self._close_files()
+
+    def _close_files(self) -> None:
         for fd in (self._fd, self._cursor_fd, self._index_fd, *self._read_fds.values()):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -662,22 +704,26 @@ class DiskQueue:
 
     def _write_and_sync(self, work: _SyncWork) -> None:
         chunks, end_pos, end_n, batch = work
-        error: OSError | None = None
-        done = 0  # chunks written (a retry after a full disk resumes after them)
-        while True:
-            try:
-                done = self._write_chunks(chunks, done)
-                break
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT) and self._wait_for_room(
-                    chunks, done, exc
-                ):
-                    continue
-                error = exc
-                _log.error(
-                    "%s: write failed, the queue stops accepting events: %s", self.directory, exc
-                )
-                break
+        error: Exception | None = None
+        # [index of the first chunk not yet durable]: a retry after a full disk starts there.
+        resume = [0]
+        try:
+            while True:
+                try:
+                    self._write_chunks(chunks, resume)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._wait_for_room(
+                        chunks, resume[0], exc
+                    ):
+                        raise
+        except Exception as exc:
+            # Whatever stops the sync (the write, or making room: a drop's cursor write) must
+            # reach the block below, or _syncing would stay set and every caller hang.
+            error = exc
+            _log.error(
+                "%s: write failed, the queue stops accepting events: %s", self.directory, exc
+            )
         with self._lock:
             self._syncing = False
             if self.disk_full and error is None:
@@ -701,6 +747,7 @@ class DiskQueue:
             batch.notify_all()
             if error is not None:
                 self._batch.notify_all()
+                self._space.notify_all()  # callers waiting for room: the queue failed
             elif self._buffer:
                 self._batch.notify()
             self._durable.notify_all()
@@ -708,18 +755,22 @@ class DiskQueue:
         if hook is not None:
             hook()
 
-    def _write_chunks(self, chunks: list[_Chunk], done: int) -> int:
-        """Write ``chunks[done:]`` and make everything durable; returns len(chunks).
+    def _write_chunks(self, chunks: list[_Chunk], resume: list[int]) -> None:
+        """Write ``chunks[resume[0]:]`` and make everything durable.
 
-        A chunk is written whole or not at all as far as a retry is concerned: rewriting
-        the same bytes at the same place is harmless, and a segment roll happens once.
+        ``resume[0]`` moves to each chunk whose segment roll succeeds: the roll made every
+        chunk before it durable (it syncs the old segment). A retry starts there and writes
+        again whatever of the current segment a failed attempt may have written, or synced
+        without effect: rewriting the same bytes at the same place is harmless, and a
+        segment roll happens once.
         """
         # One chunk (no segment roll in it) and the real fdatasync: the write syncs itself.
         synced = self._dsync_writes and len(chunks) == 1
-        for index in range(done, len(chunks)):
+        for index in range(resume[0], len(chunks)):
             position, first_n, data, rolls = chunks[index]
             if rolls and self._fd_base != position:
                 self._roll_file(position, first_n)
+                resume[0] = index
             at = position - self._fd_base
             if at + len(data) > self._file_bytes:
                 self._write_zeros_ahead(at + len(data))
@@ -734,7 +785,6 @@ class DiskQueue:
                 at += written
         if not synced:
             self._fsync(self._fd)
-        return len(chunks)
 
     def _wait_for_room(self, chunks: list[_Chunk], done: int, exc: OSError) -> bool:
         """The disk is full: make room or wait for it; False when the queue closes.
@@ -835,11 +885,13 @@ class DiskQueue:
 
     def _roll_file(self, base: int, first_n: int) -> None:
         seg = Segment(base, first_n, self.directory / segment_name(base, first_n))
-        # The new file first: when it cannot be made (a full disk), nothing has changed.
+        # The new file, durable in its directory, before the queue switches to it: when a
+        # step fails (a full disk), nothing has changed and a retry rolls again.
         fd = os.open(seg.path, os.O_CREAT | os.O_WRONLY, 0o644)
         try:
             self._fsync(self._fd)
             self._cut_zeros(base - self._fd_base)
+            self._sync_dir()
         except OSError:
             os.close(fd)
             raise
@@ -849,7 +901,6 @@ class DiskQueue:
         self._file_bytes = 0
         with self._lock:
             self.segments.append(seg)
-        self._sync_dir()
 
     # ------------------------------------------------------------------ read side
 
@@ -1087,19 +1138,28 @@ class DiskQueue:
             kept = [*list(self.dropped_ranges)[1 - DROPPED_RANGES_KEPT :], (first, end)]
             fresh = self.directory / (DROPPED_RANGES + ".new")
             data = b"".join(_dropped_record(f, e) for f, e in kept)
-            fd = os.open(fresh, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
             try:
-                os.write(fd, data)
-                self._fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(fresh, path)
-            self._sync_dir()
-            self._dropped_records = len(kept)
-            return
+                fd = os.open(fresh, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+                try:
+                    _write_whole(fd, data, 0)
+                    self._fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(fresh, path)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    fresh.unlink()
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # No room for the rewrite (a full disk, where drops happen): append this
+                # record instead, and rewrite at a later drop.
+            else:
+                self._sync_dir()
+                self._dropped_records = len(kept)
+                return
         fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
         try:
-            os.write(fd, _dropped_record(first, end))
+            _append_whole(fd, _dropped_record(first, end))
             self._fsync(fd)
         finally:
             os.close(fd)
@@ -1111,12 +1171,14 @@ class DiskQueue:
         """Set :data:`RESERVE_BYTES` of disk aside (best effort), for what must be written to
         free room on a full disk: the record of a drop."""
         path = self.directory / RESERVE
-        if path.exists():
-            return
+        with contextlib.suppress(OSError):
+            # Not synced: a machine crash may leave it short, and then it is made again.
+            if path.stat().st_size == RESERVE_BYTES:
+                return
         try:
             fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
             try:
-                os.write(fd, bytes(RESERVE_BYTES))
+                _write_whole(fd, bytes(RESERVE_BYTES), 0)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -1142,7 +1204,11 @@ class DiskQueue:
         # Not synced per batch: the cursor written next is what makes the delivery count;
         # after a crash of the machine the newest records may be missing (offset unknown).
         try:
-            os.write(self._index_fd, raw)
+            if self._index_fd < 0:  # a rotation failed: open the index again
+                self._index_fd = os.open(
+                    self.directory / OFFSET_INDEX, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
+                )
+            _append_whole(self._index_fd, raw)
         except OSError as exc:
             # Only offsets for queries are lost (they answer -1); the read position must
             # still move, or a full disk would never get the room delivery frees.
@@ -1160,13 +1226,19 @@ class DiskQueue:
             self._delivered_first.append(first)
             self._delivered.append((count, base))
         if self._index_records >= OFFSET_INDEX_RECORDS:
-            self._fsync(self._index_fd)
-            os.close(self._index_fd)
-            os.replace(self.directory / OFFSET_INDEX, self.directory / OFFSET_INDEX_OLD)
-            self._index_fd = os.open(
-                self.directory / OFFSET_INDEX, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
-            )
-            self._sync_dir()
+            try:
+                self._fsync(self._index_fd)
+                fd, self._index_fd = self._index_fd, -1
+                os.close(fd)
+                os.replace(self.directory / OFFSET_INDEX, self.directory / OFFSET_INDEX_OLD)
+                self._index_fd = os.open(
+                    self.directory / OFFSET_INDEX, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
+                )
+                self._sync_dir()
+            except OSError as exc:
+                # Tried again at the next record; the offsets already recorded stay.
+                _log.warning("%s: offset index not rotated: %s", self.directory, exc)
+                return
             keep = len(self._delivered) - self._index_records
             del self._delivered_first[:keep], self._delivered[:keep]
             self._index_records = 0
