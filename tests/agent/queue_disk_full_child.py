@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,17 +70,25 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def roll(root: Path) -> dict[str, Any]:
-    segment = 65536
-    directory = root / "q"
-    queue = DiskQueue.open(directory, segment_bytes=segment, max_bytes=1 << 30)
-    body = b"x" * 1000
-    # Fill the first segment to 8 events short of its end: the append below rolls mid-way.
-    while queue._active_bytes < segment - 8 * (ENTRY_SIZE + len(body)):
-        queue.append([body])
-    before = queue.durable_n
+ROLL_SEGMENT = 65536
+ROLL_BODY = b"x" * 1000
+
+
+def near_a_roll_on_a_full_disk(root: Path) -> tuple[DiskQueue, int, Filler]:
+    """A queue whose first segment is 8 events of ROLL_BODY short of its end (the next
+    appends roll mid-way), on a disk just made full; and its next entry number."""
+    queue = DiskQueue.open(root / "q", segment_bytes=ROLL_SEGMENT, max_bytes=1 << 30)
+    while queue._active_bytes < ROLL_SEGMENT - 8 * (ENTRY_SIZE + len(ROLL_BODY)):
+        queue.append([ROLL_BODY])
     filler = Filler(root)
     filler.fill()
+    return queue, queue.durable_n, filler
+
+
+def roll(root: Path) -> dict[str, Any]:
+    directory = root / "q"
+    segment, body = ROLL_SEGMENT, ROLL_BODY
+    queue, before, filler = near_a_roll_on_a_full_disk(root)
     outcome: dict[str, Any] = {}
 
     def append() -> None:
@@ -204,7 +213,99 @@ def offset_index(root: Path) -> dict[str, Any]:
     return {"crossing": crossing, "offsets": offsets}
 
 
+def opened_full(root: Path) -> dict[str, Any]:
+    """A drop-oldest queue opened on a full disk, which then has room until the queue itself
+    fills it: the queue takes its cursor blocks and reserve once it can, so it drops."""
+    filler = Filler(root)
+    filler.fill()
+    directory = root / "q"
+    options: dict[str, Any] = {
+        "segment_bytes": 65536,
+        "max_bytes": 1 << 30,
+        "policy": "drop-oldest",
+    }
+    queue = DiskQueue.open(directory, **options)
+    opened = {
+        "cursor_bytes": (directory / "cursor").stat().st_size,
+        "reserve": (directory / "reserve").exists(),
+    }
+    filler.free()
+    events = 6000  # 6 MB of events into a 3 MiB disk
+    outcome: dict[str, Any] = {}
+
+    def append() -> None:
+        try:
+            for i in range(events):
+                queue.append([b"%05d" % i + b"x" * 1000])
+            outcome["appended"] = events
+        except Exception as exc:  # reported to the test, which expects none
+            outcome["error"] = repr(exc)
+
+    sender = threading.Thread(target=append, daemon=True)
+    sender.start()
+    sender.join(60)
+    result = {
+        "opened": opened,
+        "outcome": outcome,
+        "dropped": queue.dropped,
+        "cursor_bytes": (directory / "cursor").stat().st_size,
+    }
+    queue.close()
+    reopened = DiskQueue.open(directory, **options)
+    numbers = [n for n, _ in read_all(reopened)]
+    reopened.close()
+    result["kept"] = [numbers[0], numbers[-1], len(numbers)]
+    return result
+
+
+def roll_then_close(root: Path) -> dict[str, Any]:
+    """Two callers in one sync that spans a segment roll; the disk has no room for the new
+    segment and the queue is closed while it waits: the caller whose events were all before
+    the roll (made durable by it) is answered, the other is told the write failed."""
+    directory = root / "q"
+    segment, body = ROLL_SEGMENT, ROLL_BODY
+    queue, before, filler = near_a_roll_on_a_full_disk(root)
+    outcome: dict[str, Any] = {}
+
+    def append(name: str, bodies: list[bytes]) -> None:
+        try:
+            outcome[name] = queue.append(bodies)
+        except Exception as exc:
+            outcome[name] = type(exc).__name__
+
+    with queue._lock:
+        queue._syncing = True  # as if a sync were running: both callers buffer behind it
+    callers = [
+        threading.Thread(
+            target=append, args=("before_roll", [b"A%03d" % i + body for i in range(7)])
+        ),
+        threading.Thread(
+            target=append, args=("after_roll", [b"B%03d" % i + body for i in range(13)])
+        ),
+    ]
+    for caller in callers:
+        caller.start()
+        time.sleep(0.2)
+    with queue._lock:
+        queue._syncing = False
+        queue._batch.notify_all()
+    deadline = time.monotonic() + 10
+    while not queue.disk_full and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waited = queue.disk_full
+    queue.close()
+    for caller in callers:
+        caller.join(10)
+    filler.free()
+    reopened = DiskQueue.open(directory, segment_bytes=segment, max_bytes=1 << 30)
+    found = [bytes(b[:4]).decode() for n, b in read_all(reopened) if n >= before]
+    reopened.close()
+    return {"before": before, "waited": waited, "outcome": outcome, "found": found}
+
+
 SCENARIOS = {
+    "opened-full": opened_full,
+    "roll-then-close": roll_then_close,
     "roll": roll,
     "new-queue": new_queue,
     "dropped-record": dropped_record,

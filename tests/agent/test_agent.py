@@ -434,3 +434,33 @@ def test_events_the_topic_refuses_are_skipped_and_the_rest_delivered(
             assert (event in delivered) == (i in good)
     records = read_topic(broker.bootstrap, topic, 1)
     assert [v for _, _, v in records[0]] == [b"first"] + [b"e%d" % i for i in good]
+
+
+def test_send_many_stores_nothing_when_a_queue_cannot_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call whose events go to two partitions, one of whose queues the full disk does not
+    let the agent create: the call fails with QueueFullError and stores nothing, so that a
+    caller who retries stores nothing twice."""
+    import errno
+    import json
+
+    from tidelog.agent import agent as agent_module
+
+    (tmp_path / "topics.json").write_text(json.dumps({"t": 2}))
+    keys: dict[int, bytes] = {}
+    for k in range(100):
+        keys.setdefault(partition_for_key(b"k%d" % k, 2), b"k%d" % k)
+    real_open = agent_module.DiskQueue.open
+
+    def open_(directory: Path, **options: object) -> object:
+        if directory.name == "t-1":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(directory, **options)
+
+    monkeypatch.setattr(agent_module.DiskQueue, "open", open_)
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path)}
+    with Agent(config) as agent:
+        with pytest.raises(QueueFullError, match="t-1 cannot be created: the disk is full"):
+            agent.send_many("t", [(keys[0], b"to-0"), (keys[1], b"to-1")])
+        assert agent.queue_for("t", 0).depth() == 0

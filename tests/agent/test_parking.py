@@ -11,7 +11,9 @@ is created, across a SIGKILL of the daemon.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -59,10 +61,10 @@ def lose_unsynced_half(data: Path, topic: str) -> bool:
     (the agent was killed before that append's fsync). True when something was dropped."""
     parked = data / "parked" / topic
     cursor = DiskQueue.open(parked)
-    read_n = cursor.cursor.read_n
+    _, next_n = cursor.start_of_next_read()
     cursor.close()
     journal = MoveJournal(parked, lambda fd: None)
-    plan = journal.plans.get(read_n)
+    plan = journal.plans.get(next_n)
     journal.close()
     if plan is None or not plan.placed:
         return False
@@ -86,18 +88,33 @@ def lose_unsynced_half(data: Path, topic: str) -> bool:
     return True
 
 
-def test_sigkill_at_every_step_of_a_move_neither_loses_nor_duplicates(tmp_path: Path) -> None:
+# Parking with drop-oldest and a small budget: the parked queue drops its oldest segments, so
+# the move starts at the skip position, not at the read position.
+DROPPING = {
+    "queue.full.policy": "drop-oldest",
+    "queue.max.bytes": 65536,
+    "queue.segment.bytes": 16384,
+}
+
+
+@pytest.mark.parametrize("drops", [False, True], ids=["all-parked", "after-drops"])
+def test_sigkill_at_every_step_of_a_move_neither_loses_nor_duplicates(
+    tmp_path: Path, drops: bool
+) -> None:
     data = tmp_path / "data"
     topic = "parked-topic"
     config = {"bootstrap.servers": "127.0.0.1:1", "data.dir": str(data)}
     sent: list[tuple[EventId, bytes | None, bytes]] = []
-    with Agent(config) as agent:
-        for i in range(1500):
+    with Agent({**config, **DROPPING} if drops else config) as agent:
+        for i in range(2000 if drops else 1500):
             key = None if i % 3 == 0 else b"key-%d" % (i % 17)
             value = b"event-%05d" % i
             event = agent.send(topic, value, key=key)
             assert event.partition == -1 and event.number == i
             sent.append((event, key, value))
+        if drops:
+            sent = [s for s in sent if agent.delivery(s[0]).state != "dropped"]
+            assert 0 < len(sent) < 2000
     # The topic becomes known (as a metadata answer would make it) while the agent is down.
     (data / "topics.json").write_text(json.dumps({topic: PARTITIONS}))
     kill_at, rounds, lost_halves = 1, 0, 0
@@ -137,6 +154,48 @@ def test_sigkill_at_every_step_of_a_move_neither_loses_nor_duplicates(tmp_path: 
         for event, _, value in sent[::50]:
             state = agent.delivery(event)
             assert (state.state, state.partition) == ("pending", found[value][0])
+
+
+def test_an_error_in_the_middle_of_a_move_is_retried_without_duplicates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move stopped by an error after some of its groups were placed (here the journal
+    record of the second group, refused as on a full disk) finishes its own plan when it is
+    retried: the groups already placed are not appended again."""
+    data = tmp_path / "data"
+    topic = "parked-topic"
+    config = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "data.dir": str(data),
+        "retry.backoff.ms": 20,
+        "retry.backoff.max.ms": 50,
+    }
+    values = [b"event-%05d" % i for i in range(300)]
+    with Agent(config) as agent:
+        for i, value in enumerate(values):
+            agent.send(topic, value, key=b"key-%d" % (i % 7))
+    (data / "topics.json").write_text(json.dumps({topic: PARTITIONS}))
+    calls = [0]
+    real_placed = MoveJournal.placed
+
+    def placed(journal: MoveJournal, *args: int) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_placed(journal, *args)
+
+    monkeypatch.setattr(MoveJournal, "placed", placed)
+    with Agent(config) as agent:
+        wait_for(lambda: not any(r["depth"] for r in agent.status() if r["partition"] < 0))
+    assert calls[0] > PARTITIONS  # the refused record was written again
+    moved = []
+    for p in range(PARTITIONS):
+        in_partition = [
+            decode_body(body)[2] for _, body in queue_entries(data / "queues" / f"{topic}-{p}")
+        ]
+        assert in_partition == sorted(in_partition)
+        moved.extend(in_partition)
+    assert sorted(moved) == values
 
 
 class NoAutoCreateBroker(BrokerProcess):

@@ -14,7 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.agent import queue as queue_module
-from tidelog.agent.errors import AgentClosedError, EventFormatError, QueueFullError
+from tidelog.agent.errors import (
+    AgentClosedError,
+    EventFormatError,
+    EventTooLargeError,
+    QueueFullError,
+)
 from tidelog.agent.event import check_body, decode_body, encode_body
 from tidelog.agent.queue import CURSOR_SLOT, ENTRY_SIZE, DiskQueue
 
@@ -661,4 +666,92 @@ def test_callers_waiting_for_room_hear_when_the_queue_fails(
     assert isinstance(led[0], AgentClosedError) and "Input/output error" in str(led[0])
     assert not follower.is_alive()
     assert isinstance(followed[0], AgentClosedError) and "failed" in str(followed[0])
+    q.close()
+
+
+def test_entries_larger_than_a_lowered_limit_are_kept_and_read(tmp_path: Path) -> None:
+    """max.request.size lowered across a restart: the entries acknowledged under the old
+    limit are neither cut at recovery as a torn tail nor skipped as damaged when read."""
+    big = [body(i, 100_000) for i in range(3)]
+    q = DiskQueue.open(tmp_path / "q", max_entry_bytes=200_000)
+    q.append(big[:2])
+    q.append([body(2)])
+    q.append(big[2:])
+    q.close()
+    reopened = DiskQueue.open(tmp_path / "q", max_entry_bytes=1000)
+    assert (reopened.durable_n, reopened.truncated_bytes) == (4, 0)
+    assert read_all(reopened) == [(0, big[0]), (1, big[1]), (2, body(2)), (3, big[2])]
+    assert reopened.corrupt == 0
+    with pytest.raises(EventTooLargeError):
+        reopened.append(big[:1])  # the new limit holds for new events
+    reopened.close()
+
+
+def test_entries_claimed_in_flight_are_not_dropped(tmp_path: Path) -> None:
+    """A reader (the sender, the parked mover) claims what it read; a drop that came in
+    between makes the claim fail, so those entries are not sent after being counted as
+    dropped, and once claimed, drops leave them alone."""
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096, max_bytes=16384, policy="drop-oldest")
+    number = 0
+    while number < 40:
+        q.append([body(number, 300)])
+        number += 1
+    pos, n = q.start_of_next_read()
+    read = q.read(pos, n, 1 << 16)
+    end = (read[-1].position + ENTRY_SIZE + len(read[-1].body), read[-1].number + 1)
+    while q.cursor.skip_n <= n:  # appends over the budget drop the oldest segment
+        q.append([body(number, 300)])
+        number += 1
+    assert not q.claim(n, *end)
+    assert q.in_flight_end is None
+    pos, n = q.start_of_next_read()
+    read = q.read(pos, n, 1 << 16)
+    end = (read[-1].position + ENTRY_SIZE + len(read[-1].body), read[-1].number + 1)
+    assert q.claim(n, *end)
+    dropped = q.dropped
+    while q.dropped < dropped + 20:
+        q.append([body(number, 300)])
+        number += 1
+    # The drops went past the claimed entries, none of which counts as dropped.
+    assert q.cursor.skip_n > end[1]
+    assert not [e.number for e in read for f, s in q.dropped_ranges if f <= e.number < s]
+    q.close()
+
+
+def test_an_index_rotation_that_fails_half_way_keeps_the_rotated_offsets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rotation renamed `offsets` to `offsets.old`, then could not make the new file
+    (a full disk): the next record opens it, and no second rotation replaces the full
+    `offsets.old` with a short one."""
+    import errno
+
+    monkeypatch.setattr(queue_module, "OFFSET_INDEX_RECORDS", 10)
+    q = DiskQueue.open(tmp_path / "q")
+    q.append([body(i) for i in range(13)])
+    entries = q.read(0, 0, 1 << 20)
+    real_open = os.open
+    refuse = [False]
+
+    def open_(path: object, flags: int, *args: int) -> int:
+        if refuse[0] and str(path).endswith("/offsets"):
+            refuse[0] = False
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(queue_module.os, "open", open_)
+    for n, entry in enumerate(entries):
+        refuse[0] = n == 9  # the rotation after the 10th record
+        q.commit(
+            entry.position + ENTRY_SIZE + len(entry.body),
+            n + 1,
+            0,
+            1,
+            0,
+            delivered=(n, 1, 1000 + n),
+        )
+    monkeypatch.undo()
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")
+    assert [q.delivered_offset(n) for n in range(13)] == [1000 + n for n in range(13)]
     q.close()

@@ -76,3 +76,27 @@ def test_an_index_record_cut_short_loses_only_its_own_offsets(tmp_path: Path) ->
     lost = [n for n, o in offsets.items() if o is None]
     assert lost in ([], [crossing])
     assert all(offsets[n] == 1000 + n for n in offsets if n not in lost)
+
+
+def test_a_queue_opened_on_a_full_disk_takes_its_room_later(tmp_path: Path) -> None:
+    """Opened on a full disk, a queue goes without its cursor blocks and reserve; it takes
+    them at its first write with room, so that once it fills the disk itself, drop-oldest
+    can still record a drop and move the cursor: it drops, and never stops."""
+    seen = run_scenario(tmp_path, "opened-full")
+    assert seen["opened"] == {"cursor_bytes": 0, "reserve": False}
+    assert seen["outcome"] == {"appended": 6000}
+    assert seen["dropped"] > 0
+    assert seen["cursor_bytes"] == 128
+    first, last, count = seen["kept"]
+    assert last == 5999 and count == 6000 - first
+    assert first >= seen["dropped"]
+
+
+def test_events_made_durable_by_a_roll_are_acknowledged_when_the_queue_then_closes(
+    tmp_path: Path,
+) -> None:
+    seen = run_scenario(tmp_path, "roll-then-close")
+    assert seen["waited"]
+    assert seen["outcome"] == {"before_roll": seen["before"], "after_roll": "AgentClosedError"}
+    # What the answered caller stored is there after a restart; nothing of the other is.
+    assert seen["found"] == [f"A{i:03d}" for i in range(7)]

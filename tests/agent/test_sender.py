@@ -12,6 +12,7 @@ from tidelog.agent.agent import parse_agent_config
 from tidelog.agent.event import encode_body
 from tidelog.agent.queue import DiskQueue
 from tidelog.agent.sender import Sender
+from tidelog.client.errors import BrokerConnectionError
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.records import decode_records, parse_header
 
@@ -32,6 +33,10 @@ class ScriptedBroker:
         self.refuse = refuse
         self.name_refused = name_refused
         self.refusals = 0
+        # Answers of written batches to lose (the connection breaks instead), and what
+        # happens then.
+        self.lose_answers = 0
+        self.on_lost_answer: Callable[[], None] = lambda: None
         self.produced: list[bytes] = []
         self.next_id = 100
         self.last_sequence: dict[int, int] = {}
@@ -96,6 +101,10 @@ class ScriptedBroker:
             self.last_sequence[header.producer_id] = header.base_sequence + header.last_offset_delta
             base = self.offset
             self.offset += header.last_offset_delta + 1
+            if self.lose_answers:
+                self.lose_answers -= 1
+                self.on_lost_answer()
+                raise BrokerConnectionError("the connection broke before the answer")
         part = SimpleNamespace(index=0, error_code=int(code), base_offset=base)
         return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
 
@@ -235,3 +244,53 @@ def test_refused_events_are_skipped_and_the_rest_delivered_in_order(tmp_path: Pa
         assert sorted(n for f, e in reopened.dropped_ranges for n in range(f, e)) == sorted(bad)
         assert reopened.dropped == 0  # drop-oldest's counter: nothing dropped for space
         reopened.close()
+
+
+def test_a_refused_resend_of_a_batch_in_doubt_asks_what_the_broker_holds(tmp_path: Path) -> None:
+    """A batch is written but its answer lost; its resend is refused, because the broker
+    checks records before it looks for a duplicate (the event has aged past the topic's
+    message.timestamp.before.max.ms meanwhile). The broker holds the first attempt: the
+    events are delivered (offset unknown), not refused, and the next events get the next
+    sequences, not the ones already used."""
+    aged: set[bytes | None] = set()
+    broker = ScriptedBroker([], refuse=lambda value: value in aged)
+    broker.lose_answers = 1
+    broker.on_lost_answer = lambda: aged.add(b"e0")
+    queue = fill(tmp_path / "q", 3)
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    sender.batch_size = 1  # one event per batch
+    asyncio.run(deliver(sender, 3))
+    assert broker.refusals == 1
+    assert values(broker) == [b"e0", b"e1", b"e2"]
+    assert [parse_header(d).base_sequence for d in broker.produced] == [0, 1, 2]
+    assert sender.rejected == 0
+    assert [sender.offset_of(n) for n in range(3)] == [
+        ("delivered", -1),
+        ("delivered", 1),
+        ("delivered", 2),
+    ]
+    queue.close()
+
+
+def test_a_new_producer_id_is_used_only_once_persisted(tmp_path: Path) -> None:
+    """The cursor write that persists a new producer id fails: that id is not used (a batch
+    sent under it would be sent again under another after a restart); the next one is."""
+    broker = ScriptedBroker([])
+    queue = fill(tmp_path / "q", 2)
+    real_commit = queue.commit
+    failures = [1]
+
+    def commit(*args: Any, **kwargs: Any) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError(5, "Input/output error")
+        real_commit(*args, **kwargs)
+
+    queue.commit = commit  # type: ignore[method-assign]
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    asyncio.run(deliver(sender, 2))
+    assert {parse_header(d).producer_id for d in broker.produced} == {102}
+    queue.close()
+    reopened = DiskQueue.open(tmp_path / "q")
+    assert reopened.cursor.producer_id == 102
+    reopened.close()

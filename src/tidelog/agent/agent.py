@@ -429,7 +429,14 @@ class Agent:
     # ------------------------------------------------------------------ parked events
 
     def _open_parked(self, topic: str) -> ParkedTopic:
-        parked = ParkedTopic(self, topic, self.data_dir / "parked" / topic)
+        try:
+            parked = ParkedTopic(self, topic, self.data_dir / "parked" / topic)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise QueueFullError(
+                f"the parked queue of {topic} cannot be created: the disk is full ({exc.strerror})"
+            ) from exc
         self._parked[topic] = parked
         parked.start()
         return parked
@@ -558,8 +565,11 @@ class Agent:
         for index, p in enumerate(chosen):
             by_queue.setdefault(p, []).append(index)
         ids: list[EventId | None] = [None] * len(items)
+        # Every queue first: one that cannot be made (a full disk) fails the call before
+        # any of its events is stored, so a caller that retries stores nothing twice.
+        queues = {p: self._queue(topic, p) for p in by_queue}
         for p, indexes in by_queue.items():
-            queue = self._queue(topic, p)
+            queue = queues[p]
             first = queue.append([items[i][1] for i in indexes], wait_for_space=wait_for_space)
             for offset, index in enumerate(indexes):
                 ids[index] = EventId(topic, p, first + offset)

@@ -68,7 +68,7 @@ from crc32c import crc32c
 
 from tidelog.agent.errors import AgentError, QueueFullError
 from tidelog.agent.event import FIXED_SIZE
-from tidelog.agent.queue import ENTRY_SIZE, DiskQueue, Entry, QueueSealed
+from tidelog.agent.queue import ENTRY_SIZE, DiskQueue, Entry, QueueSealed, append_whole
 
 if TYPE_CHECKING:
     from tidelog.agent.agent import Agent
@@ -164,7 +164,8 @@ class MoveJournal:
     def _write(self, kind: int, payload: bytes) -> None:
         head = _HEAD.pack(kind, len(payload), 0)[:5]
         crc = crc32c(payload, crc32c(head))
-        os.write(self._fd, head + struct.pack(">I", crc) + payload)
+        # Whole or not at all: a torn record would end the journal at the next start.
+        append_whole(self._fd, head + struct.pack(">I", crc) + payload)
         self._fsync(self._fd)
         self._size += _HEAD.size + len(payload)
         self._apply(kind, payload)
@@ -273,7 +274,12 @@ class ParkedTopic:
 
     def start(self) -> None:
         """Finish a move a crash interrupted, then start the mover thread."""
-        self._recover()
+        try:
+            self._recover()
+        except (OSError, AgentError) as exc:
+            # The mover finishes it (a chunk with a plan resumes that plan): the agent must
+            # start, and the parked topic must have its mover.
+            _log.warning("%s: an interrupted move is left to the mover: %s", self.topic, exc)
         self.queue.unseal()
         self._thread = threading.Thread(
             target=self._run, name=f"agent-park-{self.topic}", daemon=True
@@ -340,7 +346,15 @@ class ParkedTopic:
         n0 = entries[0].number
         last = entries[-1]
         end_pos = last.position + ENTRY_SIZE + len(last.body)
-        self.queue.in_flight_end = (end_pos, last.number + 1)
+        if not self.queue.claim(n0, end_pos, last.number + 1):
+            return  # drop-oldest dropped some of them meanwhile: read again
+        planned = self.journal.plans.get(n0)
+        if planned is not None:
+            # An earlier attempt at this chunk stopped after its plan (an error, retried
+            # here): finish that plan. Planning again would append its placed groups twice.
+            self.queue.in_flight_end = (planned.end_pos, planned.n1)
+            self._finish(planned, self._entries_of(planned, entries[0].position))
+            return
         pins = [unpin(e.body) for e in entries]
         free = [i for i, (pinned, _) in enumerate(pins) if pinned is None]
         chosen = self.agent.assign_partitions(
@@ -405,12 +419,21 @@ class ParkedTopic:
                 delay = min(delay * 2, 0.5)
 
     def _recover(self) -> None:
-        c = self.queue.cursor
-        plan = self.journal.plans.get(c.read_n)
+        # The next chunk starts at the read position, or at the skip position past a drop.
+        pos, n = self.queue.start_of_next_read()
+        plan = self.journal.plans.get(n)
         if plan is None or plan.n1 <= plan.n0:
             return
+        _log.info(
+            "%s: finishing the move of parked events %d..%d", self.topic, plan.n0, plan.n1 - 1
+        )
+        self.queue.in_flight_end = (plan.end_pos, plan.n1)
+        self._finish(plan, self._entries_of(plan, pos))
+
+    def _entries_of(self, plan: Plan, pos: int) -> list[Entry]:
+        """The parked entries of ``plan``'s chunk, which starts at ``pos``."""
         entries: list[Entry] = []
-        pos, n = c.read_pos, c.read_n
+        n = plan.n0
         while n < plan.n1:
             got = self.queue.read(pos, n, plan.end_pos - pos)
             if not got:
@@ -424,11 +447,7 @@ class ParkedTopic:
                 f"{self.queue.directory}: the parked events {plan.n0}..{plan.n1 - 1} of an "
                 "interrupted move cannot be read back"
             )
-        _log.info(
-            "%s: finishing the move of parked events %d..%d", self.topic, plan.n0, plan.n1 - 1
-        )
-        self.queue.in_flight_end = (plan.end_pos, plan.n1)
-        self._finish(plan, entries)
+        return entries
 
     # ------------------------------------------------------------------ queries
 

@@ -192,7 +192,7 @@ def _write_whole(fd: int, data: bytes, at: int) -> None:
         at += written
 
 
-def _append_whole(fd: int, record: bytes) -> None:
+def append_whole(fd: int, record: bytes) -> None:
     """Append all of ``record`` to the ``O_APPEND`` file ``fd``, or none of it: on an error
     (a full disk), a part already written is cut off again, so that the file never holds a
     torn record that would end it at the next start."""
@@ -354,6 +354,8 @@ class DiskQueue:
         self._disk_full_logged_at = -DISK_FULL_LOG_INTERVAL
         self._disk_full_logged = False
         self._reserve_missing = False
+        # The cursor file could not take its two slots' blocks at creation (a full disk).
+        self._cursor_unallocated = False
         self._closed = False
         self.in_flight_end: tuple[int, int] | None = None
         self.on_durable: Callable[[], None] | None = None
@@ -450,7 +452,9 @@ class DiskQueue:
         while pos + ENTRY_SIZE <= len(data):
             length, crc, number = ENTRY.unpack_from(data, pos)
             end = pos + ENTRY_SIZE + length
-            if length > self.max_entry_bytes + ENTRY_SIZE or end > len(data):
+            # Not max_entry_bytes: it may have been lowered since acknowledged entries were
+            # written; the CRC tells a torn entry.
+            if end > len(data):
                 break
             check = crc32c(
                 view[pos + ENTRY_SIZE : end],
@@ -506,8 +510,25 @@ class DiskQueue:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
                 os.ftruncate(self._cursor_fd, 0)
-                _log.warning("%s: cursor not preallocated: %s", self.directory, exc)
+                self._cursor_unallocated = True
+                _log.warning("%s: cursor not preallocated yet: %s", self.directory, exc)
         return Cursor()
+
+    def _take_room_held_back(self) -> None:
+        """Once a write has succeeded, take what a queue opened on a full disk went without:
+        the blocks of the cursor's slots (allocated without touching their bytes, so a
+        valid slot stays) and the reserve. Best effort: tried again after the next sync."""
+        if self._cursor_unallocated:
+            with self._cursor_lock:
+                try:
+                    os.posix_fallocate(self._cursor_fd, 0, 2 * CURSOR_SLOT)
+                    self._fsync(self._cursor_fd)
+                except OSError:
+                    pass
+                else:
+                    self._cursor_unallocated = False
+        if self._reserve_missing:
+            self._make_reserve()
 
     def close(self) -> None:
         with self._lock:
@@ -695,6 +716,16 @@ class DiskQueue:
         self._delete_segments_locked()
         return True
 
+    def claim(self, n: int, end_pos: int, end_n: int) -> bool:
+        """Mark the entries ``[n, end_n)`` just read as in flight, so that drop-oldest
+        leaves them alone; False (nothing marked) when a drop skipped past ``n`` since they
+        were read: the reader must read again from the skip position."""
+        with self._lock:
+            if self.cursor.skip_n > n:
+                return False
+            self.in_flight_end = (end_pos, end_n)
+            return True
+
     def _take_buffer_locked(self) -> _SyncWork:
         """Make the caller the one sync in progress, for everything buffered."""
         chunks, self._buffer = self._buffer, []
@@ -732,6 +763,8 @@ class DiskQueue:
                     _log.warning("%s: there is room on the disk again", self.directory)
                 self._make_reserve()
                 self._space.notify_all()
+            if error is None and (self._reserve_missing or self._cursor_unallocated):
+                self._take_room_held_back()
             if error is None:
                 self.fsyncs += 1
                 self.durable_pos, self.durable_n = end_pos, end_n
@@ -744,6 +777,11 @@ class DiskQueue:
                     ages[-1] = (end_n, ages[-1][1])
             else:
                 self._failure = error
+                # The chunks before the last roll of this sync are durable (the roll synced
+                # them): their callers are answered, and they are delivered.
+                position, number = chunks[resume[0]][:2]
+                if number > self.durable_n:
+                    self.durable_pos, self.durable_n = position, number
             batch.notify_all()
             if error is not None:
                 self._batch.notify_all()
@@ -872,9 +910,13 @@ class DiskQueue:
         if not ahead:
             end = needed
         at = self._file_bytes
-        while at < end:
-            at += os.pwrite(self._fd, _ZEROS[: min(ZEROS_AHEAD, end - at)], at)
-        self._file_bytes = end
+        try:
+            while at < end:
+                at += os.pwrite(self._fd, _ZEROS[: min(ZEROS_AHEAD, end - at)], at)
+        finally:
+            # Also after a full disk stopped it part-way: the zeros written exist, and a
+            # roll or close must cut them.
+            self._file_bytes = max(self._file_bytes, at)
 
     def _cut_zeros(self, data_end: int) -> None:
         """Drop the zeros written ahead of the active segment's last entry (not synced: a
@@ -951,8 +993,15 @@ class DiskQueue:
             length, crc, number = ENTRY.unpack_from(data, off)
             end = off + ENTRY_SIZE + length
             if end > len(data):
-                if length > self.max_entry_bytes or pos + end > limit:
+                if pos + end > limit:
                     self._corrupt(pos + off, seg, limit)
+                elif off == 0 and len(data) == want:
+                    # The first entry is larger than this read: one written before
+                    # max_entry_bytes was lowered. Read it whole (it is within the segment).
+                    want = end
+                    data = os.pread(fd, want, pos - seg.base)
+                    view = memoryview(data)
+                    continue
                 break
             check = crc32c(
                 view[off + ENTRY_SIZE : end],
@@ -967,6 +1016,10 @@ class DiskQueue:
             total += ENTRY_SIZE + length
             if total >= max_bytes:
                 break
+        if not entries and len(data) < want:
+            # The file ends before the next segment starts (a machine crash inside a roll
+            # can leave that): what is missing is damaged, not coming.
+            self._corrupt(pos, seg, limit)
         return entries
 
     def _corrupt(self, at: int, seg: Segment, limit: int) -> None:
@@ -1051,7 +1104,14 @@ class DiskQueue:
         with self._cursor_lock:
             if generation <= self._cursor_written:
                 return
-            os.pwrite(self._cursor_fd, raw, (generation % 2) * CURSOR_SLOT)
+            try:
+                os.pwrite(self._cursor_fd, raw, (generation % 2) * CURSOR_SLOT)
+            except OSError as exc:
+                # A slot without its blocks (a queue opened on a full disk), or a file
+                # system that allocates on overwrite: the reserve gives up its room.
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._release_reserve():
+                    raise
+                os.pwrite(self._cursor_fd, raw, (generation % 2) * CURSOR_SLOT)
             self._fsync(self._cursor_fd)
             self._cursor_written = generation
 
@@ -1159,8 +1219,16 @@ class DiskQueue:
                 return
         fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
         try:
-            _append_whole(fd, _dropped_record(first, end))
-            self._fsync(fd)
+            size = os.fstat(fd).st_size
+            append_whole(fd, _dropped_record(first, end))
+            try:
+                self._fsync(fd)
+            except OSError:
+                # Not durable, so not recorded: a record left behind would name a drop
+                # that never happened (its events delivered would answer "dropped").
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
         if self._dropped_records == 0:
@@ -1195,7 +1263,7 @@ class DiskQueue:
             (self.directory / RESERVE).unlink()
         except FileNotFoundError:
             return False
-        _log.warning("%s: the disk is full; using the reserve to record a drop", self.directory)
+        _log.warning("%s: the disk is full; giving up the reserve", self.directory)
         return True
 
     def _record_delivery(self, first: int, count: int, base: int) -> None:
@@ -1208,7 +1276,7 @@ class DiskQueue:
                 self._index_fd = os.open(
                     self.directory / OFFSET_INDEX, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
                 )
-            _append_whole(self._index_fd, raw)
+            append_whole(self._index_fd, raw)
         except OSError as exc:
             # Only offsets for queries are lost (they answer -1); the read position must
             # still move, or a full disk would never get the room delivery frees.
@@ -1231,17 +1299,22 @@ class DiskQueue:
                 fd, self._index_fd = self._index_fd, -1
                 os.close(fd)
                 os.replace(self.directory / OFFSET_INDEX, self.directory / OFFSET_INDEX_OLD)
+            except OSError as exc:
+                # Tried again at the next record; the offsets already recorded stay.
+                _log.warning("%s: offset index not rotated: %s", self.directory, exc)
+                return
+            # Rotated: from here a failure must not rotate again (that would replace the
+            # full offsets.old); a missing fd is opened again at the next record.
+            keep = len(self._delivered) - self._index_records
+            del self._delivered_first[:keep], self._delivered[:keep]
+            self._index_records = 0
+            try:
                 self._index_fd = os.open(
                     self.directory / OFFSET_INDEX, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644
                 )
                 self._sync_dir()
             except OSError as exc:
-                # Tried again at the next record; the offsets already recorded stay.
-                _log.warning("%s: offset index not rotated: %s", self.directory, exc)
-                return
-            keep = len(self._delivered) - self._index_records
-            del self._delivered_first[:keep], self._delivered[:keep]
-            self._index_records = 0
+                _log.warning("%s: offset index not reopened: %s", self.directory, exc)
 
     def delivered_offset(self, number: int) -> int | None:
         """The offset of delivered entry ``number`` from the index (-1: delivered, offset

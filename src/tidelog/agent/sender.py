@@ -215,37 +215,42 @@ class Sender:
         return True
 
     async def _next_batch(self) -> bool:
-        c = self.queue.cursor
-        if c.skip_n > self.n:
-            # Entries were dropped (drop-oldest) or skipped as damaged: move the read position
-            # first, so that a batch in flight always starts at the persisted read position.
-            await self._commit(c.skip_pos, c.skip_n, self.next_seq)
-        entries = self.queue.read(self.pos, self.n, self.batch_size)
-        if not entries:
-            return False
-        size = sum(ENTRY_SIZE + len(e.body) for e in entries)
-        if size < self.batch_size and self.linger > 0:
-            await asyncio.sleep(self.linger)
+        while True:
+            c = self.queue.cursor
+            if c.skip_n > self.n:
+                # Entries were dropped (drop-oldest) or skipped as damaged: move the read
+                # position first, so that a batch in flight always starts at the persisted
+                # read position.
+                await self._commit(c.skip_pos, c.skip_n, self.next_seq)
             entries = self.queue.read(self.pos, self.n, self.batch_size)
-        if self.max_count is not None:
-            entries = entries[: self.max_count]
-        data = build_batch(
-            [e.body for e in entries],
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            base_sequence=self.next_seq,
-            compression=self.compression,
-        )
-        last = entries[-1]
+            if not entries:
+                return False
+            size = sum(ENTRY_SIZE + len(e.body) for e in entries)
+            if size < self.batch_size and self.linger > 0:
+                await asyncio.sleep(self.linger)
+                entries = self.queue.read(self.pos, self.n, self.batch_size)
+            if self.max_count is not None:
+                entries = entries[: self.max_count]
+            last = entries[-1]
+            end_pos, end_n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+            if self.queue.claim(self.n, end_pos, end_n):
+                break
+            # drop-oldest dropped entries this batch holds while it was read: they are
+            # dropped (and answer so), not to be sent; start again at the skip position.
         self.batch = _Batch(
-            data=data,
+            data=build_batch(
+                [e.body for e in entries],
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.next_seq,
+                compression=self.compression,
+            ),
             first_n=entries[0].number,
             count=len(entries),
-            end_pos=last.position + ENTRY_SIZE + len(last.body),
-            end_n=last.number + 1,
+            end_pos=end_pos,
+            end_n=end_n,
             sequence=self.next_seq,
         )
-        self.queue.in_flight_end = (self.batch.end_pos, self.batch.end_n)
         return True
 
     async def _commit(
@@ -256,20 +261,24 @@ class Sender:
         delivered: tuple[int, int, int] | None = None,
         *,
         refused: tuple[int, int] | None = None,
+        producer: tuple[int, int] | None = None,
     ) -> None:
+        """Persist the read side; ``producer`` (id, epoch) replaces the producer with it."""
+        producer_id, producer_epoch = producer or (self.producer_id, self.producer_epoch)
         await asyncio.to_thread(
             functools.partial(
                 self.queue.commit,
                 pos,
                 n,
                 next_seq,
-                self.producer_id,
-                self.producer_epoch,
+                producer_id,
+                producer_epoch,
                 delivered=delivered,
                 refused=refused,
             )
         )
         self.pos, self.n, self.next_seq = pos, n, next_seq
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
 
     # ------------------------------------------------------------------ produce
 
@@ -322,8 +331,10 @@ class Sender:
             await self._acknowledged(batch, -1)
         elif code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             self.batch = None
+            # The batch stays in flight (drop-oldest leaves it alone) while it is resolved.
+            held = await self._resolve(self.pos, self.n, self.next_seq)
             self.queue.in_flight_end = None
-            if await self._resolve(self.pos, self.n, self.next_seq) <= 0:
+            if held <= 0:
                 _log.warning(
                     "%s-%d: the broker lost producer %d's state; taking a new producer id",
                     self.topic,
@@ -337,8 +348,18 @@ class Sender:
             await self._new_producer()
         elif code in REFUSED_CODES:
             self.batch = None
+            # A resend refused (the records are validated before the duplicate check: an
+            # event aged past message.timestamp.before.max.ms since, a topic config
+            # changed) while an earlier attempt may have been written: whatever the broker
+            # holds of it is delivered, not refused; its sequence must not be used again.
+            held = 0
+            if batch.in_doubt:
+                self.must_resolve = True  # should the question fail, asked again first
+                held = await self._resolve(self.pos, self.n, self.next_seq)
+                self.must_resolve = False
             self.queue.in_flight_end = None
-            await self._refused(batch, code, answer)
+            if held <= 0:
+                await self._refused(batch, code, answer)
         else:
             if code in STALE_METADATA_CODES:
                 await self.agent.refresh_topic(self.topic)
@@ -424,12 +445,14 @@ class Sender:
         code = ErrorCode.from_wire(int(response.error_code))
         if code is not ErrorCode.NONE:
             raise broker_error(code, context="InitProducerId")
-        self.producer_id = int(response.producer_id)
-        self.producer_epoch = int(response.producer_epoch)
         self.batch = None
         self.queue.in_flight_end = None
-        # Persisted before the first batch under the new id is sent.
-        await self._commit(self.pos, self.n, 0)
+        # Persisted before the first batch under the new id is sent, and used only once
+        # persisted: a batch sent under an id a restart does not know would be sent again
+        # under another id after the restart.
+        await self._commit(
+            self.pos, self.n, 0, producer=(int(response.producer_id), int(response.producer_epoch))
+        )
         self.must_resolve = False
         _log.info(
             "%s-%d: producer id %d epoch %d",
