@@ -19,7 +19,12 @@ from tidelog.records import decode_records, parse_header
 
 class ScriptedBroker:
     """Answers Produce with the next scripted error code (NONE when the script is empty),
-    InitProducerId with fresh ids, DescribeProducers with ``last_sequence``."""
+    InitProducerId with fresh ids, DescribeProducers with ``last_sequence``.
+
+    As Kafka's idempotence does: a batch that repeats one written (same producer, same
+    sequences; ``written``) is answered with its offset and not written again; any other
+    batch whose sequences the producer has used already is OUT_OF_ORDER_SEQUENCE_NUMBER.
+    """
 
     def __init__(
         self,
@@ -37,9 +42,13 @@ class ScriptedBroker:
         # happens then.
         self.lose_answers = 0
         self.on_lost_answer: Callable[[], None] = lambda: None
+        # Runs after a DescribeProducers is answered (what the broker then loses).
+        self.on_describe: Callable[[], None] = lambda: None
         self.produced: list[bytes] = []
         self.next_id = 100
         self.last_sequence: dict[int, int] = {}
+        # (producer id, first sequence, last sequence) -> base offset of each batch written
+        self.written: dict[tuple[int, int, int], int] = {}
         self.offset = 0
 
     # the Connection and ClusterClient surface the sender uses
@@ -69,6 +78,7 @@ class ScriptedBroker:
                 SimpleNamespace(producer_id=pid, producer_epoch=0, last_sequence=seq)
                 for pid, seq in self.last_sequence.items()
             ]
+            self.on_describe()
             part = SimpleNamespace(partition_index=0, error_code=0, active_producers=states)
             return SimpleNamespace(topics=[SimpleNamespace(partitions=[part])])
         assert api_key == ApiKey.PRODUCE
@@ -95,8 +105,16 @@ class ScriptedBroker:
             )
             return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
         base = -1
+        header = parse_header(data)
+        batch = (header.producer_id, header.base_sequence, header.last_sequence)
+        if code is ErrorCode.NONE and batch in self.written:
+            part = SimpleNamespace(index=0, error_code=0, base_offset=self.written[batch])
+            return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
+        used = self.last_sequence.get(header.producer_id, -1)
+        if code is ErrorCode.NONE and header.base_sequence <= used:
+            code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         if code is ErrorCode.NONE:
-            header = parse_header(data)
+            self.written[batch] = self.offset
             self.produced.append(data)
             self.last_sequence[header.producer_id] = header.base_sequence + header.last_offset_delta
             base = self.offset
@@ -294,3 +312,46 @@ def test_a_new_producer_id_is_used_only_once_persisted(tmp_path: Path) -> None:
     reopened = DiskQueue.open(tmp_path / "q")
     assert reopened.cursor.producer_id == 102
     reopened.close()
+
+
+def test_events_in_doubt_get_their_offsets_from_a_repeat_of_the_broker_batch(
+    tmp_path: Path,
+) -> None:
+    """After a crash, the broker says it holds the first two events (its batch at offset
+    40): they are sent again as exactly that batch, which the broker answers with its
+    offsets instead of writing it twice."""
+    broker = ScriptedBroker([])
+    broker.last_sequence[7] = 1
+    broker.written[(7, 0, 1)] = 40
+    broker.offset = 42
+    queue = fill(tmp_path / "q", 5)
+    queue.commit(0, 0, 0, 7, 0)
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    assert sender.must_resolve
+    asyncio.run(deliver(sender, 5))
+    assert values(broker) == [b"e2", b"e3", b"e4"]
+    assert [sender.offset_of(n) for n in range(5)] == [("delivered", 40 + n) for n in range(5)]
+    assert sender.duplicates_avoided == 2
+    queue.close()
+
+
+def test_events_in_doubt_the_broker_loses_after_saying_it_holds_them_are_written(
+    tmp_path: Path,
+) -> None:
+    """The broker says it holds the first two events, then loses them (a failover before
+    they were replicated, a crash before its fsync): taken at its word, they would be lost;
+    sent again as the repeat of that batch, they are written."""
+    broker = ScriptedBroker([])
+    broker.last_sequence[7] = 1
+
+    def failover() -> None:
+        broker.last_sequence.clear()
+
+    broker.on_describe = failover
+    queue = fill(tmp_path / "q", 5)
+    queue.commit(0, 0, 0, 7, 0)
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    asyncio.run(deliver(sender, 5))
+    assert values(broker) == [b"e%d" % i for i in range(5)]
+    assert [sender.offset_of(n) for n in range(5)] == [("delivered", n) for n in range(5)]
+    queue.close()

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tidelog.agent.batch import build_batch
-from tidelog.agent.queue import ENTRY_SIZE, DiskQueue
+from tidelog.agent.queue import ENTRY_SIZE, DiskQueue, Entry
 from tidelog.client.cluster import STALE_METADATA_CODES
 from tidelog.client.errors import BrokerConnectionError, ClientError, broker_error
 from tidelog.protocol import ApiKey, ErrorCode
@@ -94,6 +94,8 @@ class _Batch:
     end_n: int
     sequence: int
     in_doubt: bool = False
+    # The entries the broker said it holds, sent again as the repeat of its last batch.
+    repeat: bool = False
 
 
 class Sender:
@@ -231,12 +233,18 @@ class Sender:
                 entries = self.queue.read(self.pos, self.n, self.batch_size)
             if self.max_count is not None:
                 entries = entries[: self.max_count]
-            last = entries[-1]
-            end_pos, end_n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
-            if self.queue.claim(self.n, end_pos, end_n):
-                break
+            if self._make_batch(entries):
+                return True
             # drop-oldest dropped entries this batch holds while it was read: they are
             # dropped (and answer so), not to be sent; start again at the skip position.
+
+    def _make_batch(self, entries: list[Entry], *, repeat: bool = False) -> bool:
+        """The batch in flight, of ``entries`` (from the read position), unless a drop
+        claimed them meanwhile (False)."""
+        last = entries[-1]
+        end_pos, end_n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+        if not self.queue.claim(self.n, end_pos, end_n):
+            return False
         self.batch = _Batch(
             data=build_batch(
                 [e.body for e in entries],
@@ -250,6 +258,8 @@ class Sender:
             end_pos=end_pos,
             end_n=end_n,
             sequence=self.next_seq,
+            in_doubt=repeat,
+            repeat=repeat,
         )
         return True
 
@@ -332,8 +342,11 @@ class Sender:
         elif code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             self.batch = None
             # The batch stays in flight (drop-oldest leaves it alone) while it is resolved.
-            held = await self._resolve(self.pos, self.n, self.next_seq)
-            self.queue.in_flight_end = None
+            # A repeat the broker does not recognise as its batch (other boundaries): its
+            # answer to DescribeProducers is taken at its word.
+            held = await self._resolve(self.pos, self.n, self.next_seq, repeat=not batch.repeat)
+            if self.batch is None:
+                self.queue.in_flight_end = None
             if held <= 0:
                 _log.warning(
                     "%s-%d: the broker lost producer %d's state; taking a new producer id",
@@ -355,7 +368,8 @@ class Sender:
             held = 0
             if batch.in_doubt:
                 self.must_resolve = True  # should the question fail, asked again first
-                held = await self._resolve(self.pos, self.n, self.next_seq)
+                # Not repeated: the repeat would be refused the same way.
+                held = await self._resolve(self.pos, self.n, self.next_seq, repeat=False)
                 self.must_resolve = False
             self.queue.in_flight_end = None
             if held <= 0:
@@ -462,8 +476,16 @@ class Sender:
             self.producer_epoch,
         )
 
-    async def _resolve(self, pos: int, n: int, next_seq: int) -> int:
-        """Ask the leader which of our entries from ``n`` it holds; move past them.
+    async def _resolve(self, pos: int, n: int, next_seq: int, *, repeat: bool = True) -> int:
+        """Ask the leader which of our entries from ``n`` it holds, and deliver them.
+
+        With ``repeat``, they become the batch in flight, sent again exactly as the broker
+        holds them (same sequences): the repeat of its last batch is answered with that
+        batch's offset once it is durable there (acks=all), or written again if the broker
+        lost it since it answered (a failover before replication, its own crash before its
+        fsync). DescribeProducers reports a batch before it is durable, so its answer alone
+        is not proof of delivery. Without ``repeat`` (or when those entries cannot be read
+        as one batch), the read position moves past them at once (offset -1).
 
         Returns how many it holds, or -1 when the broker's last sequence for our producer
         lies before ``next_seq - 1`` (it lost batches it had acknowledged) or it has no state
@@ -511,6 +533,17 @@ class Sender:
             return 0
         if held > pending:
             return -1  # last_seq is before next_seq - 1
+        if repeat:
+            entries = self.queue.read(pos, n, self.batch_size)[:held]
+            if len(entries) == held and self._make_batch(entries, repeat=True):
+                _log.info(
+                    "%s-%d: the broker holds %d in-doubt event(s); sending them again as "
+                    "its batch, for their offsets",
+                    self.topic,
+                    self.partition,
+                    held,
+                )
+                return held
         target_pos, target_n = self.queue.locate(pos, n, n + held)
         if target_n != n + held:
             return -1
