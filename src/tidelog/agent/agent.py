@@ -362,7 +362,7 @@ class Agent:
                 )
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
+                    raise AgentError(f"queue {topic}-{partition} cannot be opened: {exc}") from exc
                 # Under every policy: there is no queue to wait in or drop from yet.
                 raise QueueFullError(
                     f"queue {topic}-{partition} cannot be created: the disk is full "
@@ -433,7 +433,7 @@ class Agent:
             parked = ParkedTopic(self, topic, self.data_dir / "parked" / topic)
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
+                raise AgentError(f"the parked queue of {topic} cannot be opened: {exc}") from exc
             raise QueueFullError(
                 f"the parked queue of {topic} cannot be created: the disk is full ({exc.strerror})"
             ) from exc
@@ -570,7 +570,13 @@ class Agent:
         queues = {p: self._queue(topic, p) for p in by_queue}
         for p, indexes in by_queue.items():
             queue = queues[p]
-            first = queue.append([items[i][1] for i in indexes], wait_for_space=wait_for_space)
+            try:
+                first = queue.append([items[i][1] for i in indexes], wait_for_space=wait_for_space)
+            except AgentError as exc:
+                # The queues before this one have stored their events: say which.
+                if any(i is not None for i in ids):
+                    exc.stored = list(ids)
+                raise
             for offset, index in enumerate(indexes):
                 ids[index] = EventId(topic, p, first + offset)
         return [i for i in ids if i is not None]

@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tidelog.agent.agent import Delivery, EventId
-from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
+from tidelog.agent.errors import AgentClosedError, AgentError, EventTooLargeError, QueueFullError
 from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
 from tidelog.agent.wire import (
     BAD_REQUEST,
@@ -65,6 +65,15 @@ def _send_payload(
 def _query_payload(event: object) -> bytes:
     event = EventId.of(event)
     return encode_topic_partition(event.topic, event.partition) + encode_number(event.number)
+
+
+def _check_frame(payload_bytes: int) -> None:
+    """Refuse a request the agent would close the connection for, before it is written."""
+    if REQUEST_HEAD.size - 4 + payload_bytes > MAX_FRAME:
+        raise EventTooLargeError(
+            f"a request of {payload_bytes} bytes is larger than the agent's frame limit "
+            f"({MAX_FRAME} bytes)"
+        )
 
 
 def _error(status: int, payload: bytes) -> AgentError:
@@ -162,6 +171,7 @@ class AgentClient:
         self, op: int, payload: bytes, topic: str = "", *, waited_for: bool = False
     ) -> Future[Any]:
         future: Future[Any] = Future()
+        _check_frame(len(payload))
         with self._write_lock:
             if self._failure is not None:
                 raise self._failure
@@ -224,11 +234,12 @@ class AgentClient:
             self._reading = False
             if self._pending or self._many:
                 # Someone else's answers are still to come: a waiting caller or the
-                # background reader takes over.
+                # background reader takes over. Both are woken: the callers counted as
+                # waiting may all find their answers already there and leave, and the
+                # answers still to come may be for submit() futures nobody waits on.
                 if self._callers_waiting:
                     self._state.notify_all()
-                else:
-                    self._background_wake.notify()
+                self._background_wake.notify()
 
     def _wake_background(self) -> None:
         with self._state:
@@ -285,9 +296,7 @@ class AgentClient:
     ) -> Future[list[EventId]]:
         """Send (key, value) events in one write, without waiting; the future resolves to
         their ids once all are durable (or fails with the first error)."""
-        future = self._submit_many(topic, events, partition)
-        self._wake_background()
-        return future
+        return self._submit_many(topic, events, partition)
 
     def _submit_many(
         self,
@@ -301,6 +310,7 @@ class AgentClient:
             waiter.future.set_result([])
             return waiter.future
         bodies = encode_bodies(events, int(time.time() * 1000))
+        _check_frame(len(prefix) + max(len(body) for body in bodies))
         pack_head = REQUEST_HEAD.pack
         fixed = REQUEST_HEAD.size - 4 + len(prefix)
         parts: list[bytes] = []
@@ -311,6 +321,10 @@ class AgentClient:
             self._many.update(zip(ids, ((waiter, index) for index in range(len(ids))), strict=True))
             for request_id, body in zip(ids, bodies, strict=True):
                 parts += (pack_head(fixed + len(body), OP_SEND, request_id), prefix, body)
+            # The background reader reads the answers while this thread writes: the agent
+            # answers as it reads, and with nobody reading, a long write would fill the
+            # socket both ways and stop both sides.
+            self._wake_background()
             try:
                 self._sock.sendall(b"".join(parts))
             except OSError as exc:
@@ -325,14 +339,9 @@ class AgentClient:
         partition: int | None = None,
     ) -> list[EventId]:
         """Pipelined (key, value) sends; returns when all are durable."""
-        reading = self._take_reading()
-        try:
-            future = self._submit_many(topic, events, partition)
-        except BaseException:
-            if reading:
-                self._give_up_reading()
-            raise
-        result: list[EventId] = self._wait(future, reading)
+        # Not the reader while writing (see _submit_many); the answers are awaited after.
+        future = self._submit_many(topic, events, partition)
+        result: list[EventId] = self._wait(future, False)
         return result
 
     def delivery(self, event: EventId | str) -> Delivery:
@@ -473,11 +482,18 @@ class AsyncAgentClient:
     def _request(self, op: int, payload: bytes, topic: str = "") -> asyncio.Future[Any]:
         if self._failure is not None:
             raise self._failure
+        _check_frame(len(payload))
         request_id = next(self._ids) & 0xFFFFFFFF
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (future, op, topic)
         self._writer.write(encode_request(op, request_id, payload))
         return future
+
+    async def _drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except OSError as exc:
+            raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
 
     async def send(
         self,
@@ -492,19 +508,19 @@ class AsyncAgentClient:
         future = self._request(
             OP_SEND, _send_payload(topic, value, key, headers, partition, timestamp), topic
         )
-        await self._writer.drain()
+        await self._drain()
         result: EventId = await future
         return result
 
     async def delivery(self, event: EventId | str) -> Delivery:
         future = self._request(OP_QUERY, _query_payload(event))
-        await self._writer.drain()
+        await self._drain()
         result: Delivery = await future
         return result
 
     async def status(self) -> dict[str, Any]:
         future = self._request(OP_STATUS, b"")
-        await self._writer.drain()
+        await self._drain()
         result: dict[str, Any] = await future
         return result
 

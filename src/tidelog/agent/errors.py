@@ -6,6 +6,11 @@ from __future__ import annotations
 class AgentError(Exception):
     """An agent operation failed."""
 
+    #: For a call over several partitions that failed after some of its events were stored
+    #: (durable, to be delivered): the id of each event stored, None for the others, in the
+    #: order of the call. None when the call stored nothing.
+    stored: list[object] | None = None
+
 
 class QueueFullError(AgentError):
     """The queue of the partition is at ``queue.max.bytes`` and the policy is ``reject``."""

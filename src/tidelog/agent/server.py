@@ -24,6 +24,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from pathlib import Path
 
 from tidelog.agent.agent import Agent, EventId
@@ -128,8 +129,15 @@ class AgentServer:
         while True:
             try:
                 conn, _ = listener.accept()
-            except OSError:
-                return
+            except OSError as exc:
+                with self._lock:
+                    if self._stopping:
+                        return
+                # Out of file descriptors or memory for a moment: the daemon must go on
+                # serving once they are back.
+                _log.warning("cannot accept a connection: %s", exc)
+                time.sleep(0.1)
+                continue
             thread = threading.Thread(
                 target=self._serve, args=(conn,), name="agent-connection", daemon=True
             )
@@ -138,7 +146,13 @@ class AgentServer:
                     conn.close()
                     return
                 self._connections[conn] = thread
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError as exc:  # no thread to serve it: refuse the connection
+                _log.warning("cannot serve a connection: %s", exc)
+                with self._lock:
+                    self._connections.pop(conn, None)
+                conn.close()
 
     def _serve(self, conn: socket.socket) -> None:
         buffer = bytearray()
@@ -150,12 +164,16 @@ class AgentServer:
                 buffer += chunk
                 replies: list[bytes] = []
                 used = self._handle(buffer, replies)
+                if replies:
+                    # Before closing for a bad frame too: these events are stored.
+                    conn.sendall(b"".join(replies))
                 if used is None:
                     return
-                # A new buffer for what is left: views of the frames may outlive this turn.
-                buffer = buffer[used:]
-                if replies:
-                    conn.sendall(b"".join(replies))
+                if used:
+                    # A new buffer for what is left: views of the frames may outlive this
+                    # turn. Not while a frame is incomplete: copying it at every read would
+                    # make a large frame cost its size times its reads.
+                    buffer = buffer[used:]
         except OSError:
             return
         finally:
@@ -253,13 +271,19 @@ class AgentServer:
             ids = self.agent.store(
                 topic, None if partition < 0 else partition, [(k, body) for _, k, body in group]
             )
-        except QueueFullError as exc:
+        except Exception as exc:
+            status = QUEUE_FULL if isinstance(exc, QueueFullError) else ERROR
+            if not isinstance(exc, AgentError):
+                _log.exception("storing %d event(s) of %s failed", len(group), topic)
             message = str(exc).encode()
-            replies.extend(encode_response(r, QUEUE_FULL, message) for r, _, _ in group)
-            return
-        except AgentError as exc:
-            message = str(exc).encode()
-            replies.extend(encode_response(r, ERROR, message) for r, _, _ in group)
+            # The group mixes independent requests: those whose events a queue stored
+            # before another queue failed are answered as stored.
+            stored = getattr(exc, "stored", None) or [None] * len(group)
+            for (r, _, _), e in zip(group, stored, strict=True):
+                if isinstance(e, EventId):
+                    replies.append(encode_send_ok(r, e.partition, e.number))
+                else:
+                    replies.append(encode_response(r, status, message))
             return
         replies.extend(
             [

@@ -22,8 +22,13 @@ Response::
     status 1 (error), 2 (queue full), 3 (bad request): message, UTF-8
 
 A client may send any number of requests before reading answers; answers to SENDs of one
-partition come in request order, others may overtake them. The server closes a connection
-whose frame is larger than :data:`MAX_FRAME` or cannot be parsed.
+partition come in request order, others may overtake them. Each SEND is answered for
+itself: one stored before another's partition failed is answered ok even where the server
+stored them in one call. The server closes a connection whose frame is larger than
+:data:`MAX_FRAME` or cannot be parsed, after answering the frames before it; the clients
+refuse such a request before writing it (``EventTooLargeError``). A client must read
+answers while it writes a long pipeline: the server answers as it reads, and stops reading
+while its answers are not read.
 """
 
 from __future__ import annotations

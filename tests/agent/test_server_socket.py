@@ -1,0 +1,201 @@
+"""The daemon's socket against a real agent (its cluster unreachable): what a client sees
+when storing fails part-way, when the agent cannot open a queue, when it runs out of file
+descriptors, and with large or many pipelined requests."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+
+import pytest
+from interop_broker import free_port
+
+from tidelog.agent import Agent, AgentClient, AgentServer, EventTooLargeError, QueueFullError
+from tidelog.agent.event import encode_body
+from tidelog.agent.wire import (
+    ERROR,
+    MAX_FRAME,
+    OK,
+    OP_SEND,
+    QUEUE_FULL,
+    RESPONSE_HEAD,
+    SEND_ACK,
+    encode_request,
+    encode_topic_partition,
+)
+from tidelog.client.partitioner import partition_for_key
+
+
+def start(data: Path, **config: object) -> tuple[Agent, AgentServer]:
+    agent = Agent(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(data), **config}
+    )
+    server = AgentServer(agent, data / "agent.sock")
+    server.start()
+    return agent, server
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[tuple[Agent, AgentServer]]:
+    agent, server = start(tmp_path)
+    yield agent, server
+    server.stop()
+    agent.close()
+
+
+def send_frame(request_id: int, topic: str, partition: int, key: bytes | None) -> bytes:
+    body = encode_body(key, b"value", None, 1)
+    return encode_request(OP_SEND, request_id, encode_topic_partition(topic, partition) + body)
+
+
+def read_answers(sock: socket.socket, count: int) -> list[tuple[int, int, bytes]]:
+    sock.settimeout(10)
+    data = b""
+    out: list[tuple[int, int, bytes]] = []
+    while len(out) < count:
+        chunk = sock.recv(1 << 16)
+        assert chunk, f"the connection closed after {out}"
+        data += chunk
+        while len(data) >= RESPONSE_HEAD.size:
+            size, request_id, status = RESPONSE_HEAD.unpack_from(data)
+            if len(data) < 4 + size:
+                break
+            out.append((request_id, status, data[RESPONSE_HEAD.size : 4 + size]))
+            data = data[4 + size :]
+    return out
+
+
+def test_requests_stored_before_another_partition_refused_theirs_are_answered_ok(
+    tmp_path: Path,
+) -> None:
+    """Two independent SENDs in one read, their keys in partitions 0 and 1, partition 1's
+    queue full under `reject`: the first is durable and answered OK with its id, only the
+    second gets QUEUE_FULL (a client retrying the first would store it twice)."""
+    (tmp_path / "topics.json").write_text(json.dumps({"t": 2}))
+    keys: dict[int, bytes] = {}
+    for k in range(100):
+        keys.setdefault(partition_for_key(b"k%d" % k, 2), b"k%d" % k)
+    agent, server = start(tmp_path, **{"queue.max.bytes": 4096, "queue.full.policy": "reject"})
+    try:
+        with AgentClient(server.path) as client, pytest.raises(QueueFullError):
+            for _ in range(1000):  # to the last byte an event like the one below needs
+                client.send("t", b"value", keys[1], timestamp=1)
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(server.path))
+            sock.sendall(send_frame(1, "t", -1, keys[0]) + send_frame(2, "t", -1, keys[1]))
+            (first, first_status, ack), (second, second_status, _) = read_answers(sock, 2)
+        assert (first, first_status, SEND_ACK.unpack(ack)) == (1, OK, (0, 0))
+        assert (second, second_status) == (2, QUEUE_FULL)
+        assert agent.queue_for("t", 0).depth() == 1
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_a_queue_the_agent_cannot_open_is_answered_and_the_connection_kept(
+    daemon: tuple[Agent, AgentServer],
+) -> None:
+    """A legal topic name whose queue directory name is too long for the file system: that
+    request gets ERROR with the reason; the answer of the SEND before it (stored) still
+    comes, and the connection serves on."""
+    agent, server = daemon
+    long_topic = "t" * 249
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(server.path))
+        sock.sendall(send_frame(1, "a", 0, None) + send_frame(2, long_topic, 123456, None))
+        (_, first, _), (_, second, reason) = read_answers(sock, 2)
+        assert (first, second) == (OK, ERROR)
+        assert b"cannot be opened" in reason and b"too long" in reason
+        sock.sendall(send_frame(3, "a", 0, None))
+        assert read_answers(sock, 1)[0][:2] == (3, OK)
+    assert agent.queue_for("a", 0).depth() == 2
+
+
+def test_the_daemon_serves_again_after_running_out_of_file_descriptors(
+    daemon: tuple[Agent, AgentServer],
+) -> None:
+    _, server = daemon
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[socket.socket] = []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        try:
+            while True:
+                sock = socket.socket(socket.AF_UNIX)
+                held.append(sock)
+                sock.settimeout(1)  # a full backlog blocks a connect
+                sock.connect(str(server.path))
+        except OSError:
+            pass  # out of descriptors: the daemon's accept fails the same way meanwhile
+        threading.Event().wait(0.5)
+    finally:
+        for sock in held:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with AgentClient(server.path, timeout=10) as client:
+        assert client.send("t", b"after", partition=0).partition == 0
+
+
+def test_pipelined_sends_larger_than_the_socket_buffers_complete(
+    daemon: tuple[Agent, AgentServer],
+) -> None:
+    """50,000 events in one write: the agent's answers (which it writes as it reads) are
+    read while the write goes on, so neither side waits for the other forever."""
+    _, server = daemon
+    events = [(None, b"e%d" % i) for i in range(50_000)]
+    with AgentClient(server.path, timeout=60) as client:
+        ids = client.send_many("t", events, partition=0)
+        assert [e.number for e in ids] == list(range(50_000))
+        later = client.submit_many("t", events, partition=1).result(60)
+        assert [e.number for e in later] == list(range(50_000))
+
+
+def test_submitted_futures_are_answered_while_other_threads_send(
+    daemon: tuple[Agent, AgentServer],
+) -> None:
+    """submit() futures nobody waits on beside send() callers on other threads: each round
+    the submitted event's answer comes, whichever thread read it."""
+    _, server = daemon
+    with AgentClient(server.path, timeout=10) as client:
+        start, done = threading.Barrier(3), threading.Barrier(3)
+        rounds = 300
+
+        def sender(partition: int) -> None:
+            for _ in range(rounds):
+                start.wait()
+                client.send("t", b"s", partition=partition)
+                done.wait()
+
+        senders = [threading.Thread(target=sender, args=(p,), daemon=True) for p in (0, 1)]
+        for thread in senders:
+            thread.start()
+        for i in range(rounds):
+            start.wait()
+            threading.Event().wait(0.0002 * (i % 5))
+            future = client.submit("t", b"sub", partition=2)
+            done.wait()
+            try:
+                assert future.result(5).number == i
+            except FutureTimeout:
+                pytest.fail(f"round {i}: no answer to the submitted event")
+        for thread in senders:
+            thread.join(10)
+
+
+def test_a_request_over_the_frame_limit_is_refused_by_the_client(
+    daemon: tuple[Agent, AgentServer],
+) -> None:
+    """Refused before it is written, with the reason; the connection stays usable (the agent
+    would have closed it, failing every request in flight on it)."""
+    _, server = daemon
+    with AgentClient(server.path) as client:
+        with pytest.raises(EventTooLargeError, match="frame limit"):
+            client.send("t", b"x" * MAX_FRAME, partition=0)
+        with pytest.raises(EventTooLargeError):
+            client.submit_many("t", [(None, b"x" * MAX_FRAME)], partition=0)
+        assert client.send("t", b"small", partition=0).number == 0
