@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 from interop_broker import free_port
 
-from tidelog.agent import Agent, AgentClient, AgentServer, EventTooLargeError, QueueFullError
+from tidelog.agent import (
+    Agent,
+    AgentClient,
+    AgentClosedError,
+    AgentServer,
+    EventTooLargeError,
+    QueueFullError,
+)
 from tidelog.agent.event import encode_body
 from tidelog.agent.wire import (
     ERROR,
@@ -199,3 +206,19 @@ def test_a_request_over_the_frame_limit_is_refused_by_the_client(
         with pytest.raises(EventTooLargeError):
             client.submit_many("t", [(None, b"x" * MAX_FRAME)], partition=0)
         assert client.send("t", b"small", partition=0).number == 0
+
+
+def test_errors_reach_the_client_as_the_agents_own_exceptions(tmp_path: Path) -> None:
+    """An event above max.request.size raises EventTooLargeError over the socket as it does
+    in-process, and a closed agent AgentClosedError: a client can tell them apart."""
+    agent, server = start(tmp_path, **{"max.request.size": 1000})
+    try:
+        with AgentClient(server.path) as client:
+            with pytest.raises(EventTooLargeError, match=r"max\.request\.size"):
+                client.send("t", b"x" * 2000, partition=0)
+            agent.close()
+            with pytest.raises(AgentClosedError, match="closed"):
+                client.send("t", b"x", partition=0)
+    finally:
+        server.stop()
+        agent.close()

@@ -29,6 +29,7 @@ from tidelog.agent.errors import AgentClosedError, AgentError, EventTooLargeErro
 from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
 from tidelog.agent.wire import (
     BAD_REQUEST,
+    CLOSED,
     MAX_FRAME,
     OK,
     OP_QUERY,
@@ -40,6 +41,7 @@ from tidelog.agent.wire import (
     RESPONSE_HEAD,
     SEND_ACK,
     STATES,
+    TOO_LARGE,
     check_partition,
     encode_number,
     encode_request,
@@ -77,9 +79,14 @@ def _check_frame(payload_bytes: int) -> None:
 
 
 def _error(status: int, payload: bytes) -> AgentError:
+    """The exception an error status stands for: the one the agent raised in-process."""
     message = payload.decode("utf-8", "replace")
     if status == QUEUE_FULL:
         return QueueFullError(message)
+    if status == TOO_LARGE:
+        return EventTooLargeError(message)
+    if status == CLOSED:
+        return AgentClosedError(message)
     if status == BAD_REQUEST:
         return AgentError(f"the agent refused the request: {message}")
     return AgentError(message)

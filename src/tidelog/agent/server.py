@@ -28,10 +28,17 @@ import time
 from pathlib import Path
 
 from tidelog.agent.agent import Agent, EventId
-from tidelog.agent.errors import AgentError, EventFormatError, QueueFullError
+from tidelog.agent.errors import (
+    AgentClosedError,
+    AgentError,
+    EventFormatError,
+    EventTooLargeError,
+    QueueFullError,
+)
 from tidelog.agent.event import check_body_at
 from tidelog.agent.wire import (
     BAD_REQUEST,
+    CLOSED,
     ERROR,
     MAX_FRAME,
     OK,
@@ -42,6 +49,7 @@ from tidelog.agent.wire import (
     QUEUE_FULL,
     REQUEST_HEAD,
     STATES,
+    TOO_LARGE,
     encode_response,
     encode_send_ok,
     parse_number,
@@ -218,15 +226,16 @@ class AgentServer:
                         send_key = (topic, partition)
                         body_at = at + used
                     if end - body_at > max_body:
-                        raise EventFormatError(
+                        raise EventTooLargeError(
                             f"event of {end - body_at} bytes is larger than max.request.size"
                         )
                     key = check_body_at(data, body_at, end)
-                except EventFormatError as exc:
+                except (EventFormatError, EventTooLargeError) as exc:
                     if group_key is not None:  # answers go out in request order
                         self._store(group_key, group, replies)
                         group, group_key = [], None
-                    replies.append(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
+                    status = TOO_LARGE if isinstance(exc, EventTooLargeError) else BAD_REQUEST
+                    replies.append(encode_response(request_id, status, str(exc).encode()))
                     continue
                 if group_key is not None and send_key != group_key:
                     self._store(group_key, group, replies)
@@ -272,7 +281,7 @@ class AgentServer:
                 topic, None if partition < 0 else partition, [(k, body) for _, k, body in group]
             )
         except Exception as exc:
-            status = QUEUE_FULL if isinstance(exc, QueueFullError) else ERROR
+            status = _status_of(exc)
             if not isinstance(exc, AgentError):
                 _log.exception("storing %d event(s) of %s failed", len(group), topic)
             message = str(exc).encode()
@@ -291,3 +300,17 @@ class AgentServer:
                 for (r, _, _), e in zip(group, ids, strict=True)
             ]
         )
+
+
+def _status_of(error: Exception) -> int:
+    """The status answering a SEND the agent failed to store with ``error``: the client
+    raises the same exception type from it."""
+    if isinstance(error, QueueFullError):
+        return QUEUE_FULL
+    if isinstance(error, EventTooLargeError):
+        return TOO_LARGE
+    if isinstance(error, AgentClosedError):
+        return CLOSED
+    if isinstance(error, EventFormatError):
+        return BAD_REQUEST
+    return ERROR

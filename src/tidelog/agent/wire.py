@@ -19,7 +19,8 @@ Response::
                                offset i64 (-1 when not known) |
                                partition i32 (where it went; -1 while parked)
                      STATUS -> JSON, UTF-8
-    status 1 (error), 2 (queue full), 3 (bad request): message, UTF-8
+    status 1 (error), 2 (queue full), 3 (bad request), 4 (event too large: above
+             max.request.size), 5 (the agent is closed): message, UTF-8
 
 A client may send any number of requests before reading answers; answers to SENDs of one
 partition come in request order, others may overtake them. Each SEND is answered for
@@ -45,6 +46,8 @@ OK = 0
 ERROR = 1
 QUEUE_FULL = 2
 BAD_REQUEST = 3
+TOO_LARGE = 4
+CLOSED = 5
 
 STATES = ("pending", "delivered", "dropped", "unknown")
 
