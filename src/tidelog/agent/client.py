@@ -93,15 +93,20 @@ def _error(status: int, payload: bytes) -> AgentError:
 
 
 def _decode(kind: int, topic: str, status: int, payload: bytes) -> Any:
+    """The answer to a request of ``kind``; raises the AgentError it stands for, or one
+    saying it does not parse (the frames around it still do: only this request fails)."""
     if status != OK:
         raise _error(status, payload)
-    if kind == OP_SEND:
-        partition, number = SEND_ACK.unpack(payload)
-        return EventId(topic, partition, number)
-    if kind == OP_QUERY:
-        state, offset, partition = QUERY_ANSWER.unpack(payload)
-        return Delivery(STATES[state], offset, partition)
-    return json.loads(payload)
+    try:
+        if kind == OP_SEND:
+            partition, number = SEND_ACK.unpack(payload)
+            return EventId(topic, partition, number)
+        if kind == OP_QUERY:
+            state, offset, partition = QUERY_ANSWER.unpack(payload)
+            return Delivery(STATES[state], offset, partition)
+        return json.loads(payload)
+    except (struct.error, IndexError, ValueError) as exc:
+        raise AgentError(f"the agent sent a malformed answer: {exc}") from None
 
 
 class _Many:
@@ -420,11 +425,10 @@ class AgentClient:
             many = self._many.pop(request_id, None)
             if many is not None:
                 waiter, index = many
-                if status == OK:
-                    partition, number = SEND_ACK.unpack(payload)
-                    waiter.set(index, EventId(waiter.topic, partition, number))
-                else:
-                    waiter.fail(_error(status, payload))
+                try:
+                    waiter.set(index, _decode(OP_SEND, waiter.topic, status, payload))
+                except AgentError as exc:
+                    waiter.fail(exc)
                 continue
             entry = self._pending.pop(request_id, None)
             if entry is None:
