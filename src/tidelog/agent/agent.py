@@ -673,13 +673,18 @@ class Agent:
         return parked + [s.status() for _, s in sorted(self._senders.items())]
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queue is delivered; False on timeout."""
+        """Wait until every queue is delivered (and its sender done with the last batch, so
+        that ``status()`` counts it); False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             # Parked queues first: a move creates and fills the partition queue before the
             # parked queue's depth drops, so the list taken afterwards has that queue.
             parked_empty = all(p.queue.depth() == 0 for p in list(self._parked.values()))
-            if parked_empty and all(q.depth() == 0 for q in list(self._queues.values())):
+            if (
+                parked_empty
+                and all(q.depth() == 0 for q in list(self._queues.values()))
+                and all(s.batch is None for s in list(self._senders.values()))
+            ):
                 return True
             if deadline is not None and time.monotonic() > deadline:
                 return False

@@ -429,13 +429,15 @@ class Sender:
         await self._commit(
             batch.end_pos, batch.end_n, next_seq, (batch.first_n, batch.count, base_offset)
         )
-        self.batch = None
-        self.queue.in_flight_end = None
-        self.max_count = None
         self.delivered += batch.count
         self.batches += 1
         if batch.in_doubt:
             self.duplicates_avoided += batch.count
+        # Last: Agent.flush waits for no batch in flight, so that the counters it may read
+        # next include this batch.
+        self.batch = None
+        self.queue.in_flight_end = None
+        self.max_count = None
         if self.callbacks:
             self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
 
