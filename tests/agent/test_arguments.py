@@ -3,7 +3,14 @@ error, and nothing stored."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import re
 import socket
+import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +18,7 @@ import pytest
 from interop_broker import free_port
 
 from tidelog.agent import Agent, AgentClient, AgentServer, EventId
-from tidelog.agent.errors import AgentError, EventFormatError
+from tidelog.agent.errors import AgentClosedError, AgentError, EventFormatError
 from tidelog.agent.event import decode_body, encode_bodies, encode_body
 from tidelog.client.errors import ConfigError
 
@@ -94,6 +101,84 @@ def test_the_socket_path_replaces_only_a_stale_socket(tmp_path: Path) -> None:
         assert not path.exists()
         with pytest.raises(AgentError, match=r"cannot listen on .*: No such file"):
             AgentServer(agent, tmp_path / "missing" / "agent.sock").start()
+
+
+def test_a_socket_path_is_owned_by_one_server_at_a_time(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as left:
+        left.bind(str(path))  # stale: nobody listens
+    agents = [
+        Agent({"bootstrap.servers": "127.0.0.1:1", "data.dir": str(tmp_path / f"d{i}")})
+        for i in range(6)
+    ]
+    try:
+        # A daemon that owns the path but has not bound its socket yet (the moment two
+        # daemons started together both used to find the socket stale): the path is not
+        # taken from it, and the socket it is about to replace is left alone.
+        owner = AgentServer(agents[0], path)
+        with owner.lock_path.open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with pytest.raises(AgentError, match="another agent serves"):
+                owner.start()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+        # Servers of different agents started at the same moment: exactly one serves.
+        servers = [AgentServer(agent, path) for agent in agents]
+        gate = threading.Barrier(len(servers))
+        outcomes: list[str] = [""] * len(servers)
+
+        def start(index: int) -> None:
+            gate.wait()
+            try:
+                servers[index].start()
+                outcomes[index] = "serving"
+            except AgentError as exc:
+                outcomes[index] = str(exc)
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in range(len(servers))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        winners = [i for i, outcome in enumerate(outcomes) if outcome == "serving"]
+        assert len(winners) == 1, outcomes
+        assert all("another agent serves" in o for o in outcomes if o != "serving")
+        with AgentClient(path) as client:
+            assert client.send("t", b"v", partition=0).number == 0
+        assert agents[winners[0]].status()[0]["depth"] == 1
+        for server in servers:
+            server.stop()
+        assert not path.exists() and not servers[0].lock_path.exists()
+        # Once it stopped, the path is free for the next one.
+        again = AgentServer(agents[1], path)
+        again.start()
+        again.stop()
+    finally:
+        for agent in agents:
+            agent.close()
+
+
+def test_status_says_why_no_agent_answers(tmp_path: Path) -> None:
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as left:
+        left.bind(str(stale))
+    (tmp_path / "file").write_bytes(b"x")
+    cases = {
+        stale: "no agent serves this socket (left by an agent that stopped)",
+        tmp_path / "file": "not a socket",
+        tmp_path / "missing.sock": "no such socket (is `tidelog agent` running?)",
+    }
+    for path, why in cases.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "tidelog", "agent", "status", "--socket", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr == f"tidelog agent: cannot connect to the agent at {path}: {why}\n"
+        with pytest.raises(AgentClosedError, match=re.escape(why)):
+            AgentClient(path)
 
 
 def test_delivery_queries_take_ids_in_any_form_and_refuse_impossible_ones(tmp_path: Path) -> None:

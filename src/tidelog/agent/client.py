@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import json
 import os
 import select
 import socket
+import stat
 import struct
 import threading
 import time
@@ -76,6 +78,24 @@ def _check_frame(payload_bytes: int) -> None:
             f"a request of {payload_bytes} bytes is larger than the agent's frame limit "
             f"({MAX_FRAME} bytes)"
         )
+
+
+def _connect_error(path: str, exc: OSError) -> AgentClosedError:
+    """Why connecting failed, in the words of what the user finds at ``path``."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOENT:
+        reason = "no such socket (is `tidelog agent` running?)"
+    elif exc.errno == errno.ECONNREFUSED:
+        try:
+            is_socket = stat.S_ISSOCK(os.lstat(path).st_mode)
+        except OSError:
+            is_socket = True
+        reason = (
+            "no agent serves this socket (left by an agent that stopped)"
+            if is_socket
+            else "not a socket"
+        )
+    return AgentClosedError(f"cannot connect to the agent at {path}: {reason}")
 
 
 def _error(status: int, payload: bytes) -> AgentError:
@@ -153,7 +173,7 @@ class AgentClient:
             self._sock.connect(self.path)
         except OSError as exc:
             self._sock.close()
-            raise AgentClosedError(f"cannot connect to the agent at {self.path}: {exc}") from None
+            raise _connect_error(self.path, exc) from None
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[Future[Any], int, str]] = {}
         self._many: dict[int, tuple[_Many, int]] = {}
@@ -487,7 +507,7 @@ class AsyncAgentClient:
         try:
             reader, writer = await asyncio.open_unix_connection(os.fspath(path))
         except OSError as exc:
-            raise AgentClosedError(f"cannot connect to the agent at {path}: {exc}") from None
+            raise _connect_error(os.fspath(path), exc) from None
         return cls(reader, writer)
 
     def _request(self, op: int, payload: bytes, topic: str = "") -> asyncio.Future[Any]:

@@ -17,6 +17,7 @@ the socket buffer and are answered by the next one together.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -71,22 +72,68 @@ class AgentServer:
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._stopping = False
+        self._path_lock: int | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        """``<socket>.lock``, flock'ed while a server owns the socket path."""
+        return self.path.with_name(self.path.name + ".lock")
 
     def start(self) -> None:
-        self._remove_stale_socket()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._lock_path()
         try:
-            listener.bind(str(self.path))
-            listener.listen(128)
-        except OSError as exc:
-            listener.close()
-            reason = exc.strerror or str(exc)
-            raise AgentError(f"cannot listen on {str(self.path)!r}: {reason}") from None
+            self._remove_stale_socket()
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                listener.bind(str(self.path))
+                listener.listen(128)
+            except OSError as exc:
+                listener.close()
+                reason = exc.strerror or str(exc)
+                raise AgentError(f"cannot listen on {str(self.path)!r}: {reason}") from None
+        except BaseException:
+            self._unlock_path()
+            raise
         self._listener = listener
         self._acceptor = threading.Thread(
             target=self._accept_loop, args=(listener,), name="agent-accept", daemon=True
         )
         self._acceptor.start()
+
+    def _lock_path(self) -> None:
+        """Own the socket path for as long as this server runs.
+
+        Probing the socket alone leaves a race: two daemons started together both find it
+        stale, and the second replaces the first one's socket, leaving that daemon running
+        but unreachable. The lock is taken on ``<socket>.lock``; the file is removed at stop,
+        so a lock taken on a file that was replaced meanwhile is dropped and taken again.
+        """
+        while True:
+            try:
+                fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise AgentError(f"cannot listen on {str(self.path)!r}: {exc.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise AgentError(f"another agent serves {str(self.path)!r}") from None
+            try:
+                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._path_lock = fd
+                return
+            os.close(fd)  # the stopping owner removed the file after this open: retry
+
+    def _unlock_path(self) -> None:
+        fd, self._path_lock = self._path_lock, None
+        if fd is not None:
+            # Removed while still held: whoever opened this file meanwhile sees it replaced.
+            with contextlib.suppress(FileNotFoundError):
+                self.lock_path.unlink()
+            os.close(fd)
 
     def _remove_stale_socket(self) -> None:
         """Remove the socket a previous daemon left at the path; never anything else: not a
@@ -132,6 +179,7 @@ class AgentServer:
             self._listener = None
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+        self._unlock_path()
 
     def _accept_loop(self, listener: socket.socket) -> None:
         while True:
