@@ -22,7 +22,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -182,6 +182,8 @@ class AgentClient:
         self._buffer = bytearray()
         self._readable = select.poll()
         self._readable.register(self._sock, select.POLLIN)
+        self._writable = select.poll()  # used by the writer only, under _write_lock
+        self._writable.register(self._sock, select.POLLOUT)
         # Who reads the socket: at most one thread at a time holds ``_reading``.
         state_lock = threading.Lock()
         self._state = threading.Condition(state_lock)
@@ -204,19 +206,83 @@ class AgentClient:
     ) -> Future[Any]:
         future: Future[Any] = Future()
         _check_frame(len(payload))
-        with self._write_lock:
-            if self._failure is not None:
-                raise self._failure
+        with self._writing() as broken:
             request_id = next(self._ids) & 0xFFFFFFFF
             self._pending[request_id] = (future, op, topic)
             try:
-                self._sock.sendall(encode_request(op, request_id, payload))
-            except OSError as exc:
+                self._write_locked(encode_request(op, request_id, payload), broken)
+            except BaseException:
                 self._pending.pop(request_id, None)
-                raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
+                raise
         if not waited_for:
             self._wake_background()
         return future
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[list[AgentError]]:
+        """Hold the write lock for whole frames; the list yields the failure that broke the
+        connection, if the write did. The connection is failed after the lock is released:
+        failing futures runs their callbacks, which may send again."""
+        broken: list[AgentError] = []
+        try:
+            with self._write_lock:
+                if self._failure is not None:
+                    raise self._failure
+                yield broken
+        finally:
+            if broken:
+                self._fail(broken[0])
+
+    def _write_locked(self, data: bytes, broken: list[AgentError]) -> None:
+        """Write ``data`` (whole frames) within ``timeout``.
+
+        A request written in part leaves the stream in the middle of a frame, so whatever
+        stops the write after it began (the agent not reading for ``timeout`` seconds, a
+        ``KeyboardInterrupt``, a broken connection) fails the connection: ``broken`` gets the
+        error, and every request on it fails with it. Stopped before any byte went out, only
+        this request fails.
+        """
+        view = memoryview(data)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        sent = 0
+        began = False
+        try:
+            while sent < len(view):
+                try:
+                    began = True
+                    sent += self._sock.send(view[sent:], socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        if sent:
+                            raise TimeoutError from None
+                        raise TimeoutError("the agent did not take the request in time") from None
+                    self._writable.poll(None if remaining is None else int(remaining * 1000) + 1)
+        except OSError as exc:
+            # Either way the connection is gone or mid-frame: nothing more can go on it.
+            if isinstance(exc, TimeoutError) and not sent:
+                raise
+            if isinstance(exc, TimeoutError):
+                why = f"the agent took only part of a request in {self.timeout} s"
+            else:
+                why = f"the connection to the agent failed: {exc}"
+            self._break_locked(broken, AgentClosedError(why))
+            raise broken[0] from None
+        except BaseException:
+            if began:
+                self._break_locked(
+                    broken, AgentClosedError("a request was interrupted while being written")
+                )
+            raise
+
+    def _break_locked(self, broken: list[AgentError], error: AgentError) -> None:
+        """Fail the connection from a writer: the failure is set before the socket is shut,
+        so a reader woken by the shutdown fails the requests with this cause."""
+        broken.append(error)
+        if self._failure is None:
+            self._failure = error
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def _call(self, op: int, payload: bytes, topic: str = "") -> Any:
         """Send one request and wait for its answer, reading it on this thread if no other
@@ -346,9 +412,7 @@ class AgentClient:
         pack_head = REQUEST_HEAD.pack
         fixed = REQUEST_HEAD.size - 4 + len(prefix)
         parts: list[bytes] = []
-        with self._write_lock:
-            if self._failure is not None:
-                raise self._failure
+        with self._writing() as broken:
             ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
             self._many.update(zip(ids, ((waiter, index) for index in range(len(ids))), strict=True))
             for request_id, body in zip(ids, bodies, strict=True):
@@ -358,9 +422,11 @@ class AgentClient:
             # socket both ways and stop both sides.
             self._wake_background()
             try:
-                self._sock.sendall(b"".join(parts))
-            except OSError as exc:
-                raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
+                self._write_locked(b"".join(parts), broken)
+            except BaseException:
+                for request_id in ids:
+                    self._many.pop(request_id, None)
+                raise
         return waiter.future
 
     def send_many(
@@ -464,6 +530,7 @@ class AgentClient:
         with self._write_lock:
             if self._failure is None:
                 self._failure = error
+            error = self._failure  # the first cause, e.g. a write that broke the stream
             pending, self._pending = self._pending, {}
             waiting, self._many = self._many, {}
         for future, _, _ in pending.values():
