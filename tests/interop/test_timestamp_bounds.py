@@ -37,6 +37,14 @@ too (the upper bound), and ``[now, now - 2 h, now + 2 h]`` names two records. Th
 whose records are all inside the window, the middle one 59 minutes old, is stored and read
 back byte for byte, timestamps included, from offset 0: the refused batch left nothing.
 
+On a compacted topic Kafka checks a record's key before its timestamp
+(``LogValidator.validateRecord``) and refuses a batch with INVALID_TIMESTAMP as soon as one
+record error is a timestamp error (``processRecordErrors``), naming every bad record: a batch
+``[keyless, two hours old, fine]`` gets INVALID_TIMESTAMP with two record errors, index 0
+"Compacted topic cannot accept message without key in topic partition T-0" and index 1 the
+out-of-range text. So each client shows its "several record errors" shape, and aiokafka
+``InvalidTimestampError`` (a refusal for the key alone would be INVALID_RECORD).
+
 kcat cannot produce the refused batch: its producer (``kcat -h``, 1.7.1) reads keys, values
 and headers (-K, -D, -k, -H, -Z) but has no way to set a record's timestamp, so librdkafka
 stamps each record with the current time, always inside the window. kcat is covered as a
@@ -92,6 +100,7 @@ PART_OF_BATCH = (
 )
 JAVA_KAFKA_EXCEPTION = "org.apache.kafka.common.KafkaException"
 JAVA_INVALID_TIMESTAMP = "org.apache.kafka.common.errors.InvalidTimestampException"
+JAVA_INVALID_RECORD = "org.apache.kafka.common.InvalidRecordException"
 
 E = TypeVar("E", bound=BaseException)
 
@@ -203,13 +212,44 @@ def test_confluent_kafka_two_records_out_of_range(broker: BrokerProcess, topic_n
     assert ck_read_all(broker, topic_name) == []
 
 
+def compacted_bounds() -> dict[str, str]:
+    return {"cleanup.policy": "compact", **BOUNDS}
+
+
+def keyless_and_too_old(seed: int, *, too_old_first: bool = False) -> list[Rec]:
+    """[keyless, two hours old, fine] (or [two hours old, keyless, fine]), all keyed but one."""
+    records = stamped(
+        [TOO_OLD, 0, 0] if too_old_first else [0, TOO_OLD, 0], seed=seed, base=now_ms()
+    )
+    keyless = 1 if too_old_first else 0
+    return [replace(r, key=None if i == keyless else b"key-%d" % i) for i, r in enumerate(records)]
+
+
+def keyless_message(topic: str) -> str:
+    return f"Compacted topic cannot accept message without key in topic partition {topic}-0"
+
+
+def test_confluent_kafka_compacted_keyless_and_too_old(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    ck.create_topic(broker, topic_name, 1, compacted_bounds())
+    reports = ck_produce_batch(broker, topic_name, keyless_and_too_old(705))
+    # Two record errors (the key, the timestamp): librdkafka's "several" shape.
+    assert codes(reports) == [
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_RECORD,
+        KafkaError._INVALID_DIFFERENT_RECORD,
+    ], reports
+    assert ck_read_all(broker, topic_name) == []
+
+
 # ---- kafka-python ----------------------------------------------------------------------------
 
 
-def kp_create_topic(broker: BrokerProcess, topic: str) -> None:
+def kp_create_topic(broker: BrokerProcess, topic: str, configs: dict[str, str] = BOUNDS) -> None:
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
     try:
-        kp.create_topic(admin, topic, 1, BOUNDS)
+        kp.create_topic(admin, topic, 1, configs)
     finally:
         admin.close()
 
@@ -274,6 +314,20 @@ def test_kafka_python_two_records_out_of_range(broker: BrokerProcess, topic_name
     assert kp_read_all(broker, topic_name) == []
 
 
+def test_kafka_python_compacted_keyless_and_too_old(broker: BrokerProcess, topic_name: str) -> None:
+    kp_create_topic(broker, topic_name, compacted_bounds())
+    sent = now_ms()
+    refused = keyless_and_too_old(714)
+    keyless, too_old, fine = kp_produce_batch(broker, topic_name, refused)
+    # Each named record for its own first fault: the key, then the timestamp.
+    assert exactly(keyless, kp_errors.InvalidRecordError).args == (keyless_message(topic_name),)
+    error = exactly(too_old, kp_errors.InvalidRecordError)
+    assert refused[1].timestamp is not None
+    assert_out_of_range_message(error.args[0], refused[1].timestamp, 1, sent)
+    assert exactly(fine, kp_errors.KafkaError).args == (PART_OF_BATCH,)
+    assert kp_read_all(broker, topic_name) == []
+
+
 # ---- aiokafka --------------------------------------------------------------------------------
 
 
@@ -323,6 +377,24 @@ def test_aiokafka_middle_record_too_old(broker: BrokerProcess, topic_name: str) 
     assert_read_back(accepted, got)
 
 
+def test_aiokafka_compacted_keyless_and_too_old(broker: BrokerProcess, topic_name: str) -> None:
+    refused = keyless_and_too_old(723)
+
+    async def refuse() -> list[RecordMetadata | BaseException]:
+        admin = await aio.started_admin(broker)
+        try:
+            await aio.create_topic(admin, topic_name, 1, compacted_bounds())
+        finally:
+            await admin.close()
+        return await aio.produce_outcomes(broker, topic_name, refused, linger_ms=LINGER_MS)
+
+    # The partition's code decides: INVALID_TIMESTAMP, since one record error is a timestamp.
+    for outcome in aio.run(refuse):
+        error = exactly(outcome, AioInvalidTimestampError)
+        assert (error.errno, error.retriable) == (32, False), error
+    assert ck_read_all(broker, topic_name) == []
+
+
 # ---- the Java client -------------------------------------------------------------------------
 
 
@@ -368,6 +440,26 @@ def test_java_client_first_record_too_old(java: JavaClient, topic_name: str) -> 
     assert failure.error == JAVA_INVALID_TIMESTAMP, failure
     assert refused[0].timestamp is not None
     assert_out_of_range_message(failure.message, refused[0].timestamp, 0, sent)
+    ((latest,),) = java.batch(step("list-offsets", topic=topic_name, partitions=[0], spec="latest"))
+    assert latest["0"]["offset"] == 0
+
+
+def test_java_client_compacted_too_old_and_keyless(java: JavaClient, topic_name: str) -> None:
+    """The too-old record first, so that the harness shows it: named among two record
+    errors, it fails with InvalidRecordException and its own message."""
+    sent = now_ms()
+    refused = keyless_and_too_old(734, too_old_first=True)
+    try:
+        java.batch(
+            step("create-topic", topic=topic_name, partitions=1, topic_configs=compacted_bounds()),
+            produce_step(topic_name, refused, configs={"linger.ms": str(LINGER_MS)}),
+        )
+    except JavaClientError as failure:
+        assert failure.error == JAVA_INVALID_RECORD, failure
+        assert refused[0].timestamp is not None
+        assert_out_of_range_message(failure.message, refused[0].timestamp, 0, sent)
+    else:
+        raise AssertionError(f"the Java producer stored {refused!r}")
     ((latest,),) = java.batch(step("list-offsets", topic=topic_name, partitions=[0], spec="latest"))
     assert latest["0"]["offset"] == 0
 

@@ -22,7 +22,10 @@ checks of ``UnifiedLog.analyzeAndValidateRecords``, ``LogValidator.validateBatch
 11. timestamps (CreateTime topics): any record's timestamp outside ``[now -
     message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]``, or a header
     max timestamp past the upper bound: INVALID_TIMESTAMP, with one record error per
-    record out of range.
+    record out of range. On a compacted topic a keyless record is named for its key only,
+    and a batch with both kinds of errors is refused INVALID_TIMESTAMP naming all of them
+    (Kafka checks a record's key before its timestamp, and any timestamp error decides the
+    top-level code).
 
 Every record is checked, as Kafka does: a batch whose CRC is right but whose records do not
 parse would otherwise be stored and stop every consumer at its offset. The check walks the
@@ -112,15 +115,33 @@ def validate_partition_records(
             "One or more records have been rejected due to invalid timestamp",
             [(0, "Producer should not set timestamp type to LogAppendTime.")],
         )
+    keyless: list[tuple[int, str | None]] = []
     if config.compact:
-        span = _check_keys(records, header, topic_partition)
+        keys = _check_keys(records, header, topic_partition)
+        if isinstance(keys, Refusal):
+            return keys
+        span, keyless = keys
     else:
-        span = _check_records(records, header, topic_partition)
-    if isinstance(span, Refusal):
-        return span
-    refusal = _check_timestamps(records, header, config, span, now_ms)
+        walked = _check_records(records, header, topic_partition)
+        if isinstance(walked, Refusal):
+            return walked
+        span = walked
+    refusal = _check_timestamps(
+        records, header, config, span, now_ms, frozenset(index for index, _ in keyless)
+    )
     if refusal is not None:
+        # As Kafka: a keyless record is named for its key only, and any timestamp error
+        # makes the whole refusal INVALID_TIMESTAMP.
+        refusal.record_errors = sorted(keyless + refusal.record_errors, key=lambda e: e[0])
         return refusal
+    if keyless:
+        return Refusal(
+            ErrorCode.INVALID_RECORD,
+            f"One or more records have been rejected due to {len(keyless)} record errors in "
+            f"total: records without a key cannot be written to compacted topic partition "
+            f"{topic_partition}",
+            keyless,
+        )
     return header
 
 
@@ -208,10 +229,12 @@ def _check_timestamps(
     config: LogConfig,
     span: tuple[int, int],
     now_ms: int,
+    keyless: frozenset[int] = frozenset(),
 ) -> Refusal | None:
     """Kafka's per-record check of CreateTime timestamps, decoding the records only when
     ``span`` (bounds on their timestamps from the walk) or the header's max timestamp
-    reaches past the topic's window."""
+    reaches past the topic's window. The records at ``keyless`` (refused for their missing
+    key on a compacted topic) are not checked."""
     if config.log_append_time:
         return None
     before = config.message_timestamp_before_max_ms
@@ -229,8 +252,10 @@ def _check_timestamps(
     try:
         for index, record in enumerate(iter_records(records, 0, header=header)):
             ts = record.timestamp
-            if ts != NO_TIMESTAMP and (
-                (low is not None and ts < low) or (high is not None and ts > high)
+            if (
+                ts != NO_TIMESTAMP
+                and ((low is not None and ts < low) or (high is not None and ts > high))
+                and index not in keyless
             ):
                 errors.append(
                     (
@@ -241,7 +266,7 @@ def _check_timestamps(
                 )
     except RecordsError:
         errors = []
-    if not errors and header_too_new:
+    if not errors and header_too_new and not keyless:
         # Every record is in range but the header claims a newer one: stored as is, that
         # max timestamp would hold the segment past retention.
         errors = [(0, f"The batch's max timestamp {largest} is after {upper}")]
@@ -257,8 +282,9 @@ def _check_timestamps(
 
 def _check_keys(
     records: bytes | bytearray | memoryview, header: BatchHeader, topic_partition: str
-) -> tuple[int, int] | Refusal:
-    """Decodes every record; refuses keyless ones, else returns (oldest, newest) timestamp."""
+) -> tuple[tuple[int, int], list[tuple[int, str | None]]] | Refusal:
+    """Decodes every record: (oldest, newest) timestamp and a record error per keyless
+    record; a Refusal if the records do not parse."""
     errors: list[tuple[int, str | None]] = []
     oldest = newest = header.base_timestamp
     try:
@@ -276,16 +302,10 @@ def _check_keys(
                 errors.append(
                     (
                         index,
-                        f"Compacted topic cannot accept message without key in {topic_partition}",
+                        "Compacted topic cannot accept message without key in topic partition "
+                        f"{topic_partition}",
                     )
                 )
     except RecordsError as exc:
         return Refusal(ErrorCode.CORRUPT_MESSAGE, f"{exc} in {topic_partition}")
-    if not errors:
-        return oldest, newest
-    return Refusal(
-        ErrorCode.INVALID_RECORD,
-        f"One or more records have been rejected due to {len(errors)} record errors in total: "
-        f"records without a key cannot be written to compacted topic partition {topic_partition}",
-        errors,
-    )
+    return (oldest, newest), errors

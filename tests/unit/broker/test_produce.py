@@ -363,6 +363,32 @@ def test_compacted_topic_refuses_records_without_key(broker: Any) -> None:
     )
 
 
+def test_compacted_topic_with_keyless_and_out_of_window_records(broker: Any) -> None:
+    """Kafka checks a record's key before its timestamp, and one timestamp error makes the
+    whole refusal INVALID_TIMESTAMP: every bad record is named, each for its first fault."""
+    config = {"cleanup.policy": "compact", **_TIMESTAMP_BOUNDS}
+    add_topic(broker, "c", config=LogConfig.from_mapping(config))
+    old = NOW - 7_200_000
+    batch = make_batch(
+        [b"a", b"b", b"c", b"d"],
+        keys=[None, b"k", None, b"k"],
+        timestamps=[NOW, old, old, NOW],  # record 2 is both keyless and too old
+    )
+    bad = only(call(broker, 9, produce_request(9, {"c": {0: batch}})))
+    assert bad.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert bad.error_message == "One or more records have been rejected due to invalid timestamp"
+    named = [(e.batch_index, e.batch_index_error_message) for e in bad.record_errors]
+    assert [index for index, _ in named] == [0, 1, 2]
+    assert "without key" in str(named[0][1]) and "without key" in str(named[2][1])
+    assert "is out of range" in str(named[1][1])
+    # Only keyless records, all in the window: INVALID_RECORD as before.
+    keyless = make_batch([b"a", b"b"], keys=[None, b"k"], timestamps=[old, NOW])
+    bad = only(call(broker, 9, produce_request(9, {"c": {0: keyless}})))
+    assert bad.error_code == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in bad.record_errors] == [0]
+    assert stored_batches(broker, "c") == []
+
+
 def test_compacted_topic_corrupt_compressed_records(broker: Any) -> None:
     add_topic(broker, "c", config=LogConfig.from_mapping({"cleanup.policy": "compact"}))
     batch = bytearray(make_batch(compression=1))
