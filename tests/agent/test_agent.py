@@ -67,6 +67,26 @@ def test_in_process_delivery_offsets_and_key_partitioning(
         assert all(s["depth"] == 0 for s in status.values())
 
 
+def test_keys_of_any_bytes_type_go_to_the_same_partition(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 3)
+    with Agent({"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}) as agent:
+        agent.refresh_topic_sync(topic)  # known: send_many hashes the keys itself
+        keys = [b"key-%d" % i for i in range(12)]
+        forms: list[bytes | bytearray | memoryview] = []
+        for i, key in enumerate(keys):
+            forms.append((bytes, bytearray, memoryview)[i % 3](key))
+        many = agent.send_many(topic, [(key, b"v") for key in forms])  # type: ignore[misc]
+        one = [agent.send(topic, b"v", key=key) for key in forms]  # type: ignore[arg-type]
+        expected = [partition_for_key(key, 3) for key in keys]
+        assert [e.partition for e in many] == [e.partition for e in one] == expected
+        assert agent.flush(30)
+    records = read_topic(broker.bootstrap, topic, 3)
+    assert sorted(k for rs in records.values() for _, k, _ in rs) == sorted(keys * 2)
+
+
 def test_null_keys_stick_to_one_partition_and_topics_are_auto_created(
     broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
 ) -> None:

@@ -71,6 +71,58 @@ def test_a_data_dir_that_cannot_be_one_is_a_configuration_error(tmp_path: Path) 
     assert (tmp_path / "file").read_bytes() == b"x"
 
 
+BAD_CONFIG: list[tuple[dict[str, Any], str]] = [
+    ({"data.dir": None}, "data.dir: expected a directory path, got None"),
+    ({"data.dir": False}, "data.dir: expected a directory path, got False"),
+    ({"data.dir": 0}, "data.dir: expected a directory path, got 0"),
+    ({"queue.max.bytes": True}, "queue.max.bytes: expected an integer, got True"),
+    ({"queue.max.bytes": 1.9}, "queue.max.bytes: expected an integer, got 1.9"),
+    ({"queue.segment.bytes": 2.5}, "queue.segment.bytes: expected an integer, got 2.5"),
+    ({"acks": 1}, "acks: the agent delivers with acks=all only, got 1"),
+    ({"acks": "0"}, "acks: the agent delivers with acks=all only, got '0'"),
+    ({"enable.idempotence": "false"}, "enable.idempotence: the agent's producer is always"),
+    ({"partitioner.class": lambda *_: 3}, "partitioner.class: not supported by the agent"),
+    ({"key.serializer": str.encode}, "key.serializer: not supported by the agent"),
+]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    BAD_CONFIG,
+    ids=[f"{i}-{next(iter(w))}" for i, (w, _) in enumerate(BAD_CONFIG)],
+)
+def test_config_the_agent_cannot_honour_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wrong: dict[str, Any], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = {"bootstrap.servers": "127.0.0.1:1", "data.dir": str(tmp_path / "d"), **wrong}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Agent(config)
+    assert list(tmp_path.iterdir()) == []  # no directory made, not even one named "None"
+
+
+def test_producer_config_the_agent_does_not_use_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = {
+        "bootstrap.servers": "127.0.0.1:1",
+        "data.dir": str(tmp_path),
+        "acks": "all",
+        "delivery.timeout.ms": 5000,
+        "max.block.ms": "0",
+    }
+    with caplog.at_level("WARNING", logger="tidelog.agent"), Agent(config) as agent:
+        assert agent.send("t", b"v", partition=0).number == 0
+    warned = [
+        r.getMessage() for r in caplog.records if "is not used by the agent" in r.getMessage()
+    ]
+    assert warned == [
+        "delivery.timeout.ms is not used by the agent: events are retried until delivered",
+        "max.block.ms is not used by the agent: queue.full.policy decides what a send does when "
+        "the queue is full",
+    ]
+
+
 def test_the_socket_path_replaces_only_a_stale_socket(tmp_path: Path) -> None:
     config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "d")}
     with Agent(config) as agent:

@@ -50,6 +50,8 @@ from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed, check
 from tidelog.agent.sender import Sender
 from tidelog.agent.wire import INT32_MAX, check_partition
 from tidelog.client.cluster import ClusterClient
+from tidelog.client.config import _bool as config_bool
+from tidelog.client.config import _positive as config_positive
 from tidelog.client.config import parse_config
 from tidelog.client.errors import ClientError, ConfigError
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
@@ -134,33 +136,39 @@ def _policy(name: str, value: Any) -> str:
     return text
 
 
-def _int(name: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
-    if number <= 0:
-        raise ConfigError(f"{name}: must be positive, got {number}")
-    return number
-
-
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigError(f"{name}: expected true or false, got {value!r}")
-    return text == "true"
+def _data_dir(name: str, value: Any) -> str:
+    # Only a path: str(None) would be a directory named "None" in the working directory.
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise ConfigError(f"{name}: expected a directory path, got {value!r}")
+    return str(os.fspath(value))
 
 
 # The agent's own keys; every other key is a producer key of tidelog.client.config.
 AGENT_KEYS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
-    "data.dir": (None, lambda n, v: str(v)),
-    "queue.max.bytes": (1 << 30, _int),
+    "data.dir": (None, _data_dir),
+    "queue.max.bytes": (1 << 30, config_positive),
     "queue.full.policy": ("block", _policy),
-    "queue.segment.bytes": (16 * 1024 * 1024, _int),
-    "retry.backoff.max.ms": (1000, _int),
-    "allow.auto.create.topics": (True, _bool),
+    "queue.segment.bytes": (16 * 1024 * 1024, config_positive),
+    "retry.backoff.max.ms": (1000, config_positive),
+    "allow.auto.create.topics": (True, config_bool),
+}
+
+# Producer keys whose setting the agent cannot honour: refused rather than ignored.
+REFUSED_PRODUCER_KEYS = {
+    "partitioner.class": "events are partitioned as by the Java client's default partitioner",
+    "key.serializer": "keys and values are bytes",
+    "value.serializer": "keys and values are bytes",
+}
+# Producer keys with no meaning for the agent, ignored with a warning (Kafka's way with a
+# key a client does not use).
+IGNORED_PRODUCER_KEYS = {
+    "retries": "events are retried until delivered",
+    "delivery.timeout.ms": "events are retried until delivered",
+    "buffer.memory": "queue.max.bytes bounds what is held, on disk",
+    "max.block.ms": "queue.full.policy decides what a send does when the queue is full",
+    "compression.gzip.level": "codecs use their default level",
+    "compression.lz4.level": "codecs use their default level",
+    "compression.zstd.level": "codecs use their default level",
 }
 
 
@@ -177,6 +185,18 @@ def parse_agent_config(config: Mapping[str, Any]) -> dict[str, Any]:
     if not own["data.dir"]:
         raise ConfigError("data.dir is required")
     client = parse_config("producer", rest)
+    for key in rest:
+        if key in REFUSED_PRODUCER_KEYS and client[key] is not None:
+            raise ConfigError(f"{key}: not supported by the agent ({REFUSED_PRODUCER_KEYS[key]})")
+        if key in IGNORED_PRODUCER_KEYS:
+            _log.warning("%s is not used by the agent: %s", key, IGNORED_PRODUCER_KEYS[key])
+    # Exactly once into the cluster rests on both: an acks=1 batch can be lost by a
+    # failover after the agent counted it delivered, and without idempotence a resend
+    # after a crash is written twice.
+    if client["acks"] != -1:
+        raise ConfigError(f"acks: the agent delivers with acks=all only, got {rest['acks']!r}")
+    if not client["enable.idempotence"]:
+        raise ConfigError("enable.idempotence: the agent's producer is always idempotent")
     return {**client, **own}
 
 
@@ -411,9 +431,11 @@ class Agent:
                 out.append(sticky)
                 sticky_bytes += size
             else:
-                p = by_key.get(key)
+                # bytes(): a bytearray or memoryview key is valid too, but not hashable.
+                hashable = key if type(key) is bytes else bytes(key)
+                p = by_key.get(hashable)
                 if p is None:
-                    p = by_key[key] = partition_for_key(key, parts.count)
+                    p = by_key[hashable] = partition_for_key(hashable, parts.count)
                 out.append(p)
         if sticky_bytes:
             self._partition(topic, parts, None, sticky_bytes)
