@@ -24,6 +24,13 @@ def add_partitions(bootstrap: str, name: str, total: int) -> None:
     admin.create_partitions([NewPartitions(name, total)])[name].result(30)
 
 
+def delete_topic(bootstrap: str, name: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer
+    admin.delete_topics([name])[name].result(30)
+
+
 def read_topic(
     bootstrap: str, topic: str, partitions: int
 ) -> dict[int, list[tuple[int, bytes | None, bytes | None]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_helpers import add_partitions, create_topic, read_topic, wait_for
+from agent_helpers import add_partitions, create_topic, delete_topic, read_topic, wait_for
 from interop_broker import BrokerProcess, free_port
 
 from tidelog.agent import (
@@ -26,6 +27,7 @@ from tidelog.agent import (
 from tidelog.agent.event import encode_body
 from tidelog.agent.queue import CURSOR_SLOT, Cursor
 from tidelog.client.partitioner import partition_for_key
+from tidelog.protocol import ErrorCode
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +126,60 @@ def test_partition_growth_is_picked_up(
         assert agent.flush(30)
     records = read_topic(broker.bootstrap, topic, 4)
     assert sum(len(r) for r in records.values()) == 41
+
+
+def test_a_topic_created_again_with_fewer_partitions_is_followed(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """Kafka never shrinks a topic, but one deleted and created again (a new topic id) may
+    have fewer partitions: keyed events hash over the new count instead of waiting forever
+    for partitions that are gone. Here the agent's own metadata request re-creates it."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 3)
+    config = {"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}
+    keys = [b"key-%d" % i for i in range(20)]
+    with Agent(config) as agent:
+        agent.refresh_topic_sync(topic)
+        assert agent.partition_count(topic) == 3
+        first = agent.send_many(topic, [(k, b"first") for k in keys])
+        assert {e.partition for e in first} == {0, 1, 2}
+        assert agent.flush(30)
+        delete_topic(broker.bootstrap, topic)
+        # The agent's own metadata request creates it again, with the broker's default
+        # number of partitions (num.partitions=1).
+        wait_for(lambda: agent.refresh_topic_sync(topic) is ErrorCode.NONE)
+        wait_for(lambda: agent.partition_count(topic) == 1)
+        again = agent.send_many(topic, [(k, b"again") for k in keys])
+        assert {e.partition for e in again} == {0}
+        assert agent.flush(30)
+    records = read_topic(broker.bootstrap, topic, 1)
+    assert [(k, v) for _, k, v in records[0]] == [(k, b"again") for k in keys]
+    # A restart keeps the new count (and id): no stale broker can raise it back.
+    saved = json.loads((tmp_path / "a" / "topics.json").read_text())[topic]
+    assert saved["count"] == 1 and saved["id"]
+    with Agent(config) as agent:
+        assert agent.partition_count(topic) == 1
+
+
+def test_a_topic_name_the_cluster_refuses_is_shown_in_the_status(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """A legal name the cluster still refuses (it collides with an existing topic's name
+    once '.' and '_' are swapped): its events stay parked, and the status says why."""
+    taken = topic_name().replace("-", "_") + "_x"
+    create_topic(broker.bootstrap, taken, 1)
+    refused = taken.replace("_", ".")
+    config = {"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}
+    with Agent(config) as agent:
+        event = agent.send(refused, b"v")
+        assert event.partition == -1
+
+        def parked_error() -> str:
+            (row,) = [s for s in agent.status() if s["topic"] == refused]
+            return str(row["last_error"])
+
+        wait_for(lambda: parked_error() == "the cluster refuses the topic: INVALID_TOPIC_EXCEPTION")
+        assert agent.delivery(event).state == "pending"
 
 
 def test_resend_after_a_lost_cursor_is_recognised(

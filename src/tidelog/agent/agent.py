@@ -55,6 +55,7 @@ from tidelog.client.config import _positive as config_positive
 from tidelog.client.config import parse_config
 from tidelog.client.errors import ClientError, ConfigError
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
+from tidelog.protocol import ErrorCode
 
 _log = logging.getLogger(__name__)
 
@@ -204,6 +205,8 @@ def parse_agent_config(config: Mapping[str, Any]) -> dict[str, Any]:
 class _Partitions:
     count: int
     available: tuple[int, ...]
+    #: The cluster's id of the topic (text), None until known: a new id is a new topic.
+    topic_id: str | None = None
 
 
 class Agent:
@@ -296,15 +299,22 @@ class Agent:
             _log.warning("ignoring unreadable %s: %s", path, exc)
             return {}
         topics = {}
-        for name, count in raw.items():
+        for name, value in raw.items():
+            # {"count": n, "id": "..."}; a bare count is the format before topic ids.
+            count, topic_id = (
+                (value.get("count"), value.get("id")) if isinstance(value, dict) else (value, None)
+            )
+            if not isinstance(topic_id, str):
+                topic_id = None
             if _TOPIC.fullmatch(name) and type(count) is int and 0 < count <= INT32_MAX:
-                topics[name] = _Partitions(count, tuple(range(count)))
+                topics[name] = _Partitions(count, tuple(range(count)), topic_id)
         return topics
 
     def _save_topics(self) -> None:
         path = self.data_dir / "topics.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({n: p.count for n, p in sorted(self._topics.items())}))
+        saved = {n: {"count": p.count, "id": p.topic_id} for n, p in sorted(self._topics.items())}
+        tmp.write_text(json.dumps(saved))
         os.replace(tmp, path)
 
     def _learn(self, topic: str) -> None:
@@ -313,24 +323,50 @@ class Agent:
             return
         count = len(info.partitions)
         available = tuple(p.partition for p in info.partitions if p.leader >= 0)
+        topic_id = None if info.topic_id is None or not info.topic_id.int else str(info.topic_id)
         known = self._topics.get(topic)
-        # Kafka never shrinks a topic; a smaller answer is a stale broker.
-        if known is None or count >= known.count:
-            self._topics[topic] = _Partitions(count, available)
-            if known is None or count != known.count:
-                if known is not None:
-                    _log.info("topic %s grew from %d to %d partitions", topic, known.count, count)
+        recreated = (
+            known is not None
+            and topic_id is not None
+            and known.topic_id is not None
+            and topic_id != known.topic_id
+        )
+        # Kafka never shrinks a topic; a smaller answer for the same topic is a stale broker.
+        # A topic deleted and created again (by hand, or auto-created by a metadata request
+        # after its deletion) has a new id and may have fewer partitions: keys hash over the
+        # new count from now on. Events queued for a partition it no longer has wait in
+        # their queue, kept, until it has that partition again.
+        if known is None or recreated or count >= known.count:
+            self._topics[topic] = _Partitions(
+                count, available, topic_id or (known.topic_id if known else None)
+            )
+            if recreated:
+                assert known is not None
+                _log.warning(
+                    "topic %s was created again (id %s, was %s) with %d partitions (was %d)",
+                    topic,
+                    topic_id,
+                    known.topic_id,
+                    count,
+                    known.count,
+                )
+            elif known is not None and count != known.count:
+                _log.info("topic %s grew from %d to %d partitions", topic, known.count, count)
+            if known is None or (count, topic_id) != (known.count, known.topic_id):
                 self._save_topics()
 
-    async def refresh_topic(self, topic: str) -> None:
+    async def refresh_topic(self, topic: str) -> ErrorCode | None:
+        """Ask for ``topic``'s metadata; the error the cluster gave for it, if any (None when
+        the cluster could not be asked)."""
         try:
-            await self.cluster.refresh(
+            errors = await self.cluster.refresh(
                 [topic], allow_auto_create=self.config["allow.auto.create.topics"]
             )
         except ClientError as exc:
             _log.debug("metadata refresh failed: %s", exc)
-            return
+            return None
         self._learn(topic)
+        return errors.get(topic, ErrorCode.NONE)
 
     async def _refresh_loop(self) -> None:
         period = self.config["metadata.max.age.ms"] / 1000
@@ -347,12 +383,18 @@ class Agent:
             for topic in topics:
                 self._learn(topic)
 
-    def refresh_topic_sync(self, topic: str) -> None:
-        """Ask for ``topic``'s metadata from another thread (the parked queues' movers)."""
+    def refresh_topic_sync(self, topic: str) -> ErrorCode | None:
+        """Ask for ``topic``'s metadata from another thread (the parked queues' movers);
+        the error the cluster gave for it, if any."""
         if self._closed:
-            return
-        with contextlib.suppress(Exception):
-            self._call(self.refresh_topic(topic), timeout=self.config["request.timeout.ms"] / 1000)
+            return None
+        try:
+            error: ErrorCode | None = self._call(
+                self.refresh_topic(topic), timeout=self.config["request.timeout.ms"] / 1000
+            )
+        except Exception:
+            return None
+        return error
 
     def known_partitions(self, topic: str) -> _Partitions | None:
         return self._topics.get(topic)

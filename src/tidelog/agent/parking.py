@@ -69,6 +69,7 @@ from crc32c import crc32c
 from tidelog.agent.errors import AgentError, QueueFullError
 from tidelog.agent.event import FIXED_SIZE
 from tidelog.agent.queue import ENTRY_SIZE, DiskQueue, Entry, QueueSealed, append_whole
+from tidelog.protocol import ErrorCode
 
 if TYPE_CHECKING:
     from tidelog.agent.agent import Agent
@@ -87,6 +88,10 @@ JOURNAL = "moves"
 JOURNAL_OLD = "moves.old"
 JOURNAL_ROTATE_BYTES = 8 << 20
 MOVE_CHUNK_BYTES = 1 << 20
+# Metadata answers for a topic that does not exist (yet), or is being created.
+_NOT_THERE_YET = frozenset(
+    (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE)
+)
 
 
 @dataclass(slots=True)
@@ -308,8 +313,8 @@ class ParkedTopic:
         while not self._closed:
             parts = self.agent.known_partitions(self.topic)
             if parts is None:
-                self.last_error = "the cluster does not know the topic yet"
-                self.agent.refresh_topic_sync(self.topic)
+                answer = self.agent.refresh_topic_sync(self.topic)
+                self._note_answer(answer)
                 if self.agent.known_partitions(self.topic) is None:
                     self._wake.wait(backoff)
                     self._wake.clear()
@@ -338,6 +343,21 @@ class ParkedTopic:
                 continue
             backoff = backoff_min
             self.last_error = ""
+
+    def _note_answer(self, answer: ErrorCode | None) -> None:
+        """What the status shows while the topic is unknown: the cluster's own answer when
+        it is not just "not there yet" (e.g. a name it refuses, which no wait will change:
+        logged once per answer, the events stay parked)."""
+        if answer is None or answer in _NOT_THERE_YET:
+            self.last_error = "the cluster does not know the topic yet"
+            return
+        if answer.retriable:
+            self.last_error = f"the cluster does not know the topic yet ({answer.name})"
+            return
+        why = f"the cluster refuses the topic: {answer.name}"
+        if why != self.last_error:
+            _log.error("%s: %s; its parked events wait", self.topic, why)
+        self.last_error = why
 
     def _move(self, entries: list[Entry]) -> None:
         parts = self.agent.known_partitions(self.topic)
