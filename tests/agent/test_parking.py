@@ -336,3 +336,26 @@ def test_explicit_partitions_stay_behind_the_parked_events(
         # Each partition holds its events in the order they were sent, whichever way.
         assert values == sorted(values)
         assert all(expected[v] in (p, None) for v in values)
+
+
+def test_one_damaged_journal_record_does_not_take_the_records_after_it(tmp_path: Path) -> None:
+    journal = MoveJournal(tmp_path, lambda fd: None)
+    journal.plan(0, 3, 100, 2, [0, 1, 0])
+    journal.placed(0, 0, 0, 0, 2)
+    journal.plan(3, 6, 200, 2, [1, 1, 1])
+    journal.placed(3, 1, 0, 0, 3)
+    journal.close()
+    path = tmp_path / "moves"
+    size = path.stat().st_size
+    data = bytearray(path.read_bytes())
+    data[12] ^= 0x10  # in the first plan's payload
+    path.write_bytes(bytes(data))
+    journal = MoveJournal(tmp_path, lambda fd: None)
+    try:
+        # The first plan is lost (and its PLACED record with it); the second is whole.
+        assert sorted(journal.plans) == [3]
+        assert journal.plans[3].placed == {1: [(0, 0, 3)]}
+        assert list(journal.plans[3].assign) == [1, 1, 1]
+    finally:
+        journal.close()
+    assert path.stat().st_size == size  # nothing cut: the damage is not a torn tail

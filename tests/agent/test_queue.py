@@ -28,7 +28,9 @@ def body(i: int, size: int = 20) -> bytes:
     return encode_body(b"k%d" % i, (b"v%d-" % i).ljust(size, b"."), None, 1000 + i)
 
 
-def read_all(queue: DiskQueue) -> list[tuple[int, bytes]]:
+def read_all(queue: DiskQueue, *, commit: bool = False) -> list[tuple[int, bytes]]:
+    """Every entry readable from the start of the next read; with ``commit``, each read is
+    committed as the sender does after the broker's acknowledgement."""
     pos, n = queue.start_of_next_read()
     out = []
     while True:
@@ -44,6 +46,8 @@ def read_all(queue: DiskQueue) -> list[tuple[int, bytes]]:
             out.append((e.number, bytes(e.body)))
         last = entries[-1]
         pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+        if commit:
+            queue.commit(pos, n, n, -1, -1)
 
 
 def segments(directory: Path) -> list[Path]:
@@ -127,34 +131,115 @@ def test_zeros_written_ahead_are_not_a_torn_tail(tmp_path: Path) -> None:
     r.close()
 
 
-def test_crc_damage_in_newest_segment_cuts_from_there(tmp_path: Path) -> None:
+def written_segment(directory: Path, count: int) -> Path:
+    """A closed queue of ``count`` small entries in one segment; that segment."""
+    q = DiskQueue.open(directory)
+    q.append([body(i) for i in range(count)])
+    q.close()
+    return segments(directory)[-1]
+
+
+def flip(path: Path, at: int, mask: int = 0x40) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= mask
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["body", "length"])
+def test_damage_in_the_newest_segment_skips_only_the_damaged_entry(
+    tmp_path: Path, where: str
+) -> None:
+    """Acknowledged entries after damaged bytes are not a torn tail: they stay, and only
+    the damaged entry is skipped (recorded as dropped). A damaged length is found past by
+    the next entry's number."""
+    seg = written_segment(tmp_path / "q", 10)
+    entry = seg.stat().st_size // 10
+    flip(seg, 6 * entry + (ENTRY_SIZE + 3 if where == "body" else 1))
+    q = DiskQueue.open(tmp_path / "q")
+    assert q.write_n == 10 and q.truncated_bytes == 0
+    # Delivered as a sender would: what precedes the damage, then the skip past it.
+    assert [n for n, _ in read_all(q, commit=True)] == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    assert q.corrupt == 1
+    assert list(q.dropped_ranges) == [(6, 7)]
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")  # the damage is below the cursor now
+    assert q.write_n == 10 and read_all(q) == []
+    assert list(q.dropped_ranges) == [(6, 7)]
+    assert q.append([body(10)]) == 10
+    q.close()
+
+
+def test_a_crash_before_the_entries_ahead_of_damage_are_delivered_keeps_them(
+    tmp_path: Path,
+) -> None:
+    seg = written_segment(tmp_path / "q", 10)
+    flip(seg, 6 * (seg.stat().st_size // 10) + ENTRY_SIZE + 3)
+    q = DiskQueue.open(tmp_path / "q")
+    assert [e.number for e in q.read(0, 0, 1 << 16)] == [0, 1, 2, 3, 4, 5]
+    q.close()  # "crash": nothing delivered
+    q = DiskQueue.open(tmp_path / "q")
+    assert [n for n, _ in read_all(q, commit=True)] == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    q.close()
+
+
+def test_damage_below_the_cursor_neither_stops_the_queue_nor_cuts(tmp_path: Path) -> None:
+    """An entry already delivered is damaged: the queue opens (the cursor is a known entry
+    boundary), and the undelivered entries after it are all there."""
     q = DiskQueue.open(tmp_path / "q")
     q.append([body(i) for i in range(10)])
+    pos, n = q.locate(0, 0, 8)
+    q.commit(pos, n, 8, -1, -1)
     q.close()
     seg = segments(tmp_path / "q")[-1]
-    data = bytearray(seg.read_bytes())
-    entry = len(data) // 10
-    data[6 * entry + ENTRY_SIZE + 3] ^= 0x40  # a bit flip in entry 6's body
-    seg.write_bytes(bytes(data))
+    entry = seg.stat().st_size // 10
+    flip(seg, 6 * entry + 1)  # entry 6's length: nothing tells where entry 7 starts
+    flip(seg, 7 * entry + 1)  # nor entry 8
     q = DiskQueue.open(tmp_path / "q")
-    assert [n for n, _ in read_all(q)] == [0, 1, 2, 3, 4, 5]
-    assert q.write_n == 6
+    assert q.write_n == 10
+    assert [n for n, _ in read_all(q)] == [8, 9]
     q.close()
 
 
-def test_crc_damage_in_older_segment_skips_it_and_counts(tmp_path: Path) -> None:
+def test_damage_in_an_older_segment_skips_only_the_damaged_entry(tmp_path: Path) -> None:
     q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
     q.append([body(i, 100) for i in range(100)])
     q.close()
     first = segments(tmp_path / "q")[0]
-    data = bytearray(first.read_bytes())
-    data[ENTRY_SIZE + 2] ^= 0x01  # entry 0
-    first.write_bytes(bytes(data))
+    flip(first, ENTRY_SIZE + 2, 0x01)  # entry 0's body
     q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
     numbers = [n for n, _ in read_all(q)]
     assert q.corrupt == 1
-    second_first = int(segments(tmp_path / "q")[1].stem.split("-")[1])
-    assert numbers == list(range(second_first, 100))
+    assert numbers == list(range(1, 100))
+    assert list(q.dropped_ranges) == [(0, 1)]
+    q.close()
+
+
+def test_a_missing_segment_is_said_counted_and_answers_dropped(tmp_path: Path) -> None:
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    q.append([body(i, 100) for i in range(100)])
+    pos, n = q.locate(0, 0, 10)
+    q.commit(pos, n, n, -1, -1)
+    q.close()
+    first, second = segments(tmp_path / "q")[:2]
+    first.unlink()  # the segment holding entry 10, the next to deliver
+    lost_end = int(second.stem.split("-")[1])
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)
+    assert q.corrupt == 1
+    assert list(q.dropped_ranges) == [(10, lost_end)]
+    assert [n for n, _ in read_all(q)] == list(range(lost_end, 100))
+    q.close()
+    q = DiskQueue.open(tmp_path / "q", segment_bytes=4096)  # said once, not at every start
+    assert q.corrupt == 0 and list(q.dropped_ranges) == [(10, lost_end)]
+    q.close()
+
+
+def test_damage_with_nothing_valid_after_it_is_a_torn_tail(tmp_path: Path) -> None:
+    seg = written_segment(tmp_path / "q", 10)
+    entry = seg.stat().st_size // 10
+    flip(seg, 9 * entry + ENTRY_SIZE + 3)  # the last entry: a torn append looks the same
+    q = DiskQueue.open(tmp_path / "q")
+    assert [n for n, _ in read_all(q)] == list(range(9))
+    assert q.write_n == 9 and q.corrupt == 0 and q.truncated_bytes == entry
     q.close()
 
 
@@ -474,6 +559,41 @@ def test_dropped_ranges_load_only_durable_skips_and_cut_a_torn_record(tmp_path: 
     q.close()
 
 
+def test_one_damaged_record_of_the_index_or_the_drops_does_not_take_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A bit flip in a record of ``offsets`` or ``dropped`` loses that record only: the
+    records after it are read, and the files are not cut."""
+    kwargs: dict = {"max_bytes": 40_000, "segment_bytes": 8192, "policy": "drop-oldest"}
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    for i in range(600):
+        q.append([body(i, 100)])
+    dropped = list(q.dropped_ranges)
+    assert len(dropped) >= 3
+    pos, n = q.start_of_next_read()
+    for batch in range(4):  # four acknowledged batches of 5 entries
+        pos, n = q.locate(pos, n, n + 5)
+        q.commit(pos, n, n, 7, 0, delivered=(n - 5, 5, 1000 + 10 * batch))
+    offsets = [q.delivered_offset(number) for number in range(dropped[-1][1], n)]
+    q.close()
+    for name, layout in (
+        (queue_module.OFFSET_INDEX, queue_module._OFFSET),
+        (queue_module.DROPPED_RANGES, queue_module._DROPPED),
+    ):
+        path = tmp_path / "q" / name
+        flip(path, layout.size + 3)  # the second record
+    q = DiskQueue.open(tmp_path / "q", **kwargs)
+    assert list(q.dropped_ranges) == dropped[:1] + dropped[2:]
+    first = dropped[-1][1]
+    assert [q.delivered_offset(number) for number in range(first, n)] == (
+        offsets[:5] + [None] * 5 + offsets[10:]
+    )
+    q.close()
+    assert (
+        tmp_path / "q" / queue_module.OFFSET_INDEX
+    ).stat().st_size == 4 * queue_module._OFFSET.size
+
+
 def test_the_dropped_ranges_file_keeps_the_newest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -754,4 +874,29 @@ def test_an_index_rotation_that_fails_half_way_keeps_the_rotated_offsets(
     q.close()
     q = DiskQueue.open(tmp_path / "q")
     assert [q.delivered_offset(n) for n in range(13)] == [1000 + n for n in range(13)]
+    q.close()
+
+
+def test_the_age_of_the_oldest_event_skips_dropped_ones_and_keeps_a_moved_ones_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1_000_000.0]
+    monkeypatch.setattr(queue_module.time, "time", lambda: clock[0])
+    q = DiskQueue.open(tmp_path / "q", max_bytes=40_000, segment_bytes=8192, policy="drop-oldest")
+    for i in range(100):
+        q.append([body(i, 100)])
+    clock[0] += 60
+    assert q.oldest_age() == pytest.approx(60)
+    # Nothing delivered (the broker is down); drop-oldest drops every event of a minute ago.
+    for i in range(100, 700):
+        q.append([body(i, 100)])
+        clock[0] += 0.001
+    assert q.dropped > 100
+    assert q.oldest_age() < 1
+    q.close()
+    # Entries moved from a parked queue: their age runs from when they were parked.
+    q = DiskQueue.open(tmp_path / "m")
+    q.append([body(0)], since=clock[0] - 30)
+    clock[0] += 1
+    assert q.oldest_age() == pytest.approx(31)
     q.close()

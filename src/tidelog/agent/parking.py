@@ -58,6 +58,7 @@ import logging
 import os
 import struct
 import threading
+import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,21 +130,42 @@ class MoveJournal:
         except FileNotFoundError:
             return
         pos = 0
+        good_end = 0
+        damaged = 0
         while pos + _HEAD.size <= len(data):
-            kind, length, crc = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + length
-            if end > len(data):
-                break
-            payload = data[pos + _HEAD.size : end]
-            if crc32c(payload, crc32c(data[pos : pos + 5])) != crc:
-                break
-            if not self._apply(kind, payload):
-                break
-            pos = end
-        if pos != len(data):
-            _log.warning("%s: cutting %d bytes of torn journal tail", path, len(data) - pos)
+            end = self._record_at(data, pos)
+            if end is None:
+                # Damaged (or torn, at the end): go on after the next record that checks
+                # (applied by the search), so that one bad record does not take the records
+                # after it.
+                for q in range(pos + 1, len(data) - _HEAD.size + 1):
+                    if data[q] in (PLAN, PLACED):
+                        end = self._record_at(data, q)
+                        if end is not None:
+                            break
+                if end is None:
+                    break
+                damaged += 1
+            pos = good_end = end
+        if damaged:
+            _log.error("%s: skipped %d damaged part(s) of the journal", path, damaged)
+        if good_end != len(data):
+            _log.warning("%s: cutting %d bytes of torn journal tail", path, len(data) - good_end)
             if cut:
-                os.truncate(path, pos)
+                os.truncate(path, good_end)
+
+    def _record_at(self, data: bytes, pos: int) -> int | None:
+        """Apply the record at ``pos`` if it is whole, checks and applies; its end, or None."""
+        if pos + _HEAD.size > len(data):
+            return None
+        kind, length, crc = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + length
+        if end > len(data):
+            return None
+        payload = data[pos + _HEAD.size : end]
+        if crc32c(payload, crc32c(data[pos : pos + 5])) != crc:
+            return None
+        return end if self._apply(kind, payload) else None
 
     def _apply(self, kind: int, payload: bytes) -> bool:
         if kind == PLAN and len(payload) >= _PLAN.size:
@@ -426,10 +448,13 @@ class ParkedTopic:
                 if callback is not None and sender_callbacks is not None:
                     sender_callbacks[first + k] = callback
 
+        # Their age counts from when they were parked: the chunk is the oldest of the
+        # parked queue's undelivered entries.
+        since = time.time() - self.queue.oldest_age()
         delay = 0.01
         while True:
             try:
-                queue.append(bodies, numbered=numbered)
+                queue.append(bodies, numbered=numbered, since=since)
                 return
             except QueueFullError:
                 # Policy reject: these events were acknowledged already; wait for space.

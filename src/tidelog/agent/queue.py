@@ -60,12 +60,13 @@ A queue can be *sealed* (:meth:`DiskQueue.seal_if_moved`): a parked queue whose 
 moved refuses new ones with :class:`QueueSealed`, checked under the same lock as the append.
 
 Recovery (:meth:`DiskQueue.open`): segments wholly below the cursor are deleted; the newest
-segment is scanned entry by entry and cut at the first entry that is short, fails its CRC or
-does not carry the next number (a torn tail: only bytes whose append was never acknowledged;
-zeros after it were written ahead and are not counted as torn).
-Damage found later, in data already synced, skips the rest of that segment and is counted as
-``corrupt``. The newest segment is then fdatasync'ed: what a killed process wrote may still be
-only in the page cache, and the parked-event moves build on what recovery found.
+segment is scanned entry by entry. A bad entry with nothing valid after it is a torn tail
+(only bytes whose append was never acknowledged; zeros after it were written ahead and are
+not counted as torn) and is cut; one with valid entries (or a cursor position) after it is
+damage, left for the reader to skip (:func:`find_next_entry`, :meth:`DiskQueue._corrupt`):
+to the next valid entry, recorded as dropped and counted as ``corrupt``. The newest segment
+is then fdatasync'ed: what a killed process wrote may still be only in the page cache, and
+the parked-event moves build on what recovery found.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ RESERVE = "reserve"
 RESERVE_BYTES = 16384
 DISK_FULL_LOG_INTERVAL = 60.0
 DROPPED_RANGES_KEPT = 10_000
+# After damaged bytes, the entries looked for by their number: the next this many.
+RESYNC_SEARCH_ENTRIES = 64
 
 # The offset index: one record per acknowledged batch (see the module docstring).
 _OFFSET = struct.Struct(">QIqI")
@@ -128,7 +131,8 @@ FsyncFn = Callable[[int], None]
 # encoded entries, whether they start a new segment), the end position and number after
 # them, and the condition their callers wait on.
 _Chunk = tuple[int, int, bytearray, bool]
-_SyncWork = tuple[list[_Chunk], int, int, threading.Condition]
+# (chunks, end position, end number, their callers' condition, earliest since)
+_SyncWork = tuple[list[_Chunk], int, int, threading.Condition, float | None]
 
 POLICIES = ("block", "reject", "drop-oldest")
 
@@ -155,23 +159,85 @@ def encode_entries(first: int, bodies: Sequence[bytes | memoryview]) -> bytes:
     return b"".join(parts)
 
 
-def _read_records(path: Path, layout: struct.Struct) -> tuple[list[tuple[int, ...]], int]:
-    """The fixed-size records at the start of ``path`` whose last field, a CRC-32C of the
-    bytes before it, checks (without that field), up to the first that does not; and the
-    file's size (0 when there is no file)."""
+def _entry_at(view: memoryview, off: int) -> tuple[int, int] | None:
+    """(end offset, number) of the entry at ``off`` in ``view`` if it is whole and its CRC
+    checks, else None."""
+    if off < 0 or off + ENTRY_SIZE > len(view):
+        return None
+    length, crc, number = ENTRY.unpack_from(view, off)
+    end = off + ENTRY_SIZE + length
+    if end > len(view):
+        return None
+    check = crc32c(
+        view[off + ENTRY_SIZE : end], crc32c(view[off + 8 : off + 16], crc32c(view[off : off + 4]))
+    )
+    return (end, number) if check == crc else None
+
+
+def find_next_entry(
+    view: memoryview, off: int, expected: int, known: Sequence[tuple[int, int]] = ()
+) -> tuple[int, int] | None:
+    """Where valid entries go on after damaged bytes at ``off`` (where entry ``expected``
+    should start): the (offset, number) of the first later entry found, or None when none is
+    (a torn tail). Candidates: the end the damaged entry's own length gives (the damage hit
+    its body or CRC), ``known`` boundaries (the cursor's positions: ``(offset, number)``,
+    accepted even where no entry follows, since entries before them were delivered), and
+    the headers of entries ``expected + 1 ...`` found by their number (the damage hit a
+    length). Only on damage, so a search of the segment's bytes is affordable."""
+    found: list[tuple[int, int]] = []
+    if off + ENTRY_SIZE <= len(view):
+        (length,) = struct.unpack_from(">I", view, off)
+        jump = off + ENTRY_SIZE + length
+        entry = _entry_at(view, jump)
+        if entry is not None and entry[1] == expected + 1:
+            found.append((jump, expected + 1))
+    for at, number in known:
+        if off < at <= len(view) and number > expected:
+            found.append((at, number))
+    data = view.obj if isinstance(view.obj, bytes) else bytes(view)
+    for number in range(expected + 1, expected + 1 + RESYNC_SEARCH_ENTRIES):
+        needle = struct.pack(">Q", number)
+        at = data.find(needle, off + 8 + 1)
+        while at >= 0:
+            start = at - 8
+            entry = _entry_at(view, start)
+            if entry is not None and entry[1] == number:
+                found.append((start, number))
+                break
+            at = data.find(needle, at + 1)
+        if found:
+            break
+    # Plausible only if the entries skipped could fit in the bytes skipped.
+    found = [(at, n) for at, n in found if (n - expected) * ENTRY_SIZE <= at - off]
+    return min(found) if found else None
+
+
+def _read_records(
+    path: Path, layout: struct.Struct
+) -> tuple[list[tuple[tuple[int, ...], int]], int]:
+    """The fixed-size records of ``path`` whose last field, a CRC-32C of the bytes before
+    it, checks: (fields without the CRC, end offset) each; and the file's size (0 when there
+    is no file). A damaged record is skipped, not the end of the file: the records after it
+    are read (only bytes after the last good record are a torn tail, for the caller to cut)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0
-    records: list[tuple[int, ...]] = []
+    records: list[tuple[tuple[int, ...], int]] = []
     size = layout.size
+    skipped = 0
     at = 0
     while at + size <= len(data):
         *fields, crc = layout.unpack_from(data, at)
-        if crc32c(data[at : at + size - 4]) != crc:
-            break
-        records.append(tuple(fields))
         at += size
+        if crc32c(data[at - size : at - 4]) != crc:
+            skipped += 1
+            continue
+        records.append((tuple(fields), at))
+    good_end = records[-1][1] if records else 0
+    damaged = skipped - (len(data) - good_end) // size
+    if damaged:
+        _log.error("%s: skipping %d damaged record(s)", path, damaged)
     return records, len(data)
 
 
@@ -333,6 +399,8 @@ class DiskQueue:
         # Encoded entries not yet written: (position of the first, its number, bytes, whether
         # they start a new segment).
         self._buffer: list[_Chunk] = []
+        # The earliest ``since`` of the buffered entries (see append).
+        self._buffer_since: float | None = None
         # Bytes of the active segment file that exist (entries, then zeros written ahead).
         self._file_bytes = 0
         self._fd = -1
@@ -374,6 +442,8 @@ class DiskQueue:
         self._oldest_time: collections.deque[tuple[int, float]] = collections.deque()
         # Entries below this number were there at start: their age comes from the entries.
         self._recovered_n = 0
+        # Both cursor slots were damaged at start: delivery starts over at the oldest entry.
+        self._cursor_reset = False
         self.sealed = False
         # Offset index of acknowledged batches: (first entry, count, base offset) sorted by
         # first entry; the records of ``offsets.old`` and ``offsets``.
@@ -424,10 +494,27 @@ class DiskQueue:
         self.write_pos = self.durable_pos = end
         self.write_n = self.durable_n = end_n
         self._active_bytes = end - last.base
-        if self.cursor.read_pos < self.segments[0].base:
-            # The cursor lost its segment (damaged cursor): start at the oldest entry kept.
-            self.cursor.read_pos = self.segments[0].base
-            self.cursor.read_n = self.segments[0].first_n
+        oldest = self.segments[0]
+        lost: tuple[int, int] | None = None
+        if max(self.cursor.read_pos, self.cursor.skip_pos) < oldest.base and not self._cursor_reset:
+            # The segment holding the next entry to deliver is gone (deleted by hand, or
+            # lost by the file system): its entries are lost, which is said and counted.
+            start_n = max(self.cursor.read_n, self.cursor.skip_n)
+            if oldest.first_n > start_n:
+                lost = (start_n, oldest.first_n)
+            _log.error(
+                "%s: the segment holding entry %d is missing; entries %d to %d are lost",
+                self.directory,
+                start_n,
+                start_n,
+                oldest.first_n - 1,
+            )
+            self.corrupt += 1
+        if self.cursor.read_pos < oldest.base:
+            # The cursor's segment is gone (skipped by drop-oldest, missing, or a reset
+            # cursor): start at the oldest entry kept.
+            self.cursor.read_pos = oldest.base
+            self.cursor.read_n = oldest.first_n
         if self.cursor.read_pos > end:
             raise QueueCorruptError(
                 f"{self.directory}: cursor position {self.cursor.read_pos} is past the end {end}"
@@ -442,28 +529,46 @@ class DiskQueue:
         self._load_index()
         self._load_dropped()
         self._make_reserve()
+        if lost is not None:
+            self._record_dropped_locked(*lost)
+            self.cursor.skip_pos, self.cursor.skip_n = oldest.base, oldest.first_n
+            self._write_cursor_locked()
 
     def _scan_tail(self, seg: Segment) -> tuple[int, int]:
-        """Check every entry of the newest segment; cut a torn tail. Returns (end, end_n)."""
+        """Check every entry of the newest segment; cut a torn tail. Returns (end, end_n).
+
+        Bad bytes followed by valid entries (or by a cursor position) are damage, not a torn
+        tail: they are left in place for the reader to skip (see :meth:`_corrupt`), and
+        nothing acknowledged after them is cut. Only bad bytes with nothing valid after them
+        can be a torn append, which was never acknowledged."""
         data = seg.path.read_bytes()
+        view = memoryview(data)
+        c = self.cursor
+        known = [(at - seg.base, n) for at, n in ((c.read_pos, c.read_n), (c.skip_pos, c.skip_n))]
         pos = 0
         expected = seg.first_n
-        view = memoryview(data)
-        while pos + ENTRY_SIZE <= len(data):
-            length, crc, number = ENTRY.unpack_from(data, pos)
-            end = pos + ENTRY_SIZE + length
+        while True:
             # Not max_entry_bytes: it may have been lowered since acknowledged entries were
             # written; the CRC tells a torn entry.
-            if end > len(data):
+            entry = _entry_at(view, pos)
+            if entry is not None and entry[1] == expected:
+                pos = entry[0]
+                expected += 1
+                continue
+            if not data[pos:].strip(b"\0"):
+                break  # the end, or zeros written ahead
+            resume = find_next_entry(view, pos, expected, known)
+            if resume is None:
                 break
-            check = crc32c(
-                view[pos + ENTRY_SIZE : end],
-                crc32c(view[pos + 8 : pos + 16], crc32c(view[pos : pos + 4])),
+            _log.error(
+                "%s: damaged bytes at position %d (entry %d); entries go on at %d (entry %d)",
+                seg.path,
+                seg.base + pos,
+                expected,
+                seg.base + resume[0],
+                resume[1],
             )
-            if check != crc or number != expected:
-                break
-            pos = end
-            expected += 1
+            pos, expected = resume
         if pos != len(data):
             # Zeros after the last entry were written ahead (a crash kept them); anything
             # else up to the last non-zero byte is a torn or damaged tail.
@@ -494,10 +599,12 @@ class DiskQueue:
             return max(valid, key=lambda c: c.generation)
         if raw.strip(b"\0"):
             # Both slots damaged: resume at the oldest entry with a new producer id; events
-            # in doubt may then be delivered twice, which the log says.
+            # in doubt may then be delivered twice, which the log says. (A cursor of zeros is
+            # a queue that has delivered nothing yet, e.g. one made on a full disk.)
             _log.error(
                 "%s: both cursor slots are damaged; resending from the oldest entry", self.directory
             )
+            self._cursor_reset = True
             return Cursor(generation=1, read_pos=0, read_n=0)
         if len(raw) < 2 * CURSOR_SLOT:
             # A new queue: both slots take their blocks now, so that moving the read position
@@ -582,8 +689,12 @@ class DiskQueue:
         numbered: Callable[[int], None] | None = None,
         *,
         wait_for_space: bool = True,
+        since: float | None = None,
     ) -> int:
         """Append ``bodies`` and return once they are durable; returns the first entry number.
+
+        ``since`` (a ``time.time()``): when the entries became durable elsewhere (moved from
+        a parked queue), so that their age counts from then, not from this append.
 
         ``numbered(first)`` runs under the queue's lock before the entries are buffered (so
         before they can become durable or be sent); if it raises, nothing is queued. When the
@@ -596,7 +707,7 @@ class DiskQueue:
         writes it and calls ``fdatasync`` itself; the others wait for that sync and the next
         caller with entries left over leads the next one.
         """
-        first, batch = self._buffer_entries(bodies, numbered, wait_for_space)
+        first, batch = self._buffer_entries(bodies, numbered, wait_for_space, since)
         end = first + len(bodies)
         lock = self._lock
         while True:
@@ -619,6 +730,7 @@ class DiskQueue:
         bodies: Sequence[bytes | memoryview],
         numbered: Callable[[int], None] | None,
         wait_for_space: bool,
+        since: float | None = None,
     ) -> tuple[int, threading.Condition]:
         """Buffer the entries; returns the first number and the condition of their sync."""
         size = check_entry_sizes(bodies, self.max_entry_bytes)
@@ -687,6 +799,9 @@ class DiskQueue:
                     number += 1
             self.write_n = number
             self.appended += len(bodies)
+            if since is not None:
+                held = self._buffer_since
+                self._buffer_since = since if held is None else min(held, since)
             return first, self._batch
 
     def _drop_oldest_locked(self) -> bool:
@@ -730,11 +845,12 @@ class DiskQueue:
         """Make the caller the one sync in progress, for everything buffered."""
         chunks, self._buffer = self._buffer, []
         batch, self._batch = self._batch, threading.Condition(self._lock)
+        since, self._buffer_since = self._buffer_since, None
         self._syncing = True
-        return chunks, self.write_pos, self.write_n, batch
+        return chunks, self.write_pos, self.write_n, batch, since
 
     def _write_and_sync(self, work: _SyncWork) -> None:
-        chunks, end_pos, end_n, batch = work
+        chunks, end_pos, end_n, batch, since = work
         error: Exception | None = None
         # [index of the first chunk not yet durable]: a retry after a full disk starts there.
         resume = [0]
@@ -769,12 +885,14 @@ class DiskQueue:
                 self.fsyncs += 1
                 self.durable_pos, self.durable_n = end_pos, end_n
                 now = time.time()
-                # One mark per 0.1 s: (end of the entries synced by then, time).
+                # One mark per 0.1 s: (end of the entries synced by then, time). Entries
+                # moved from a parked queue carry the time they became durable there.
+                stamp = now if since is None else min(now, since)
                 ages = self._oldest_time
                 if not ages or now - ages[-1][1] >= 0.1:
-                    ages.append((end_n, now))
+                    ages.append((end_n, stamp))
                 else:
-                    ages[-1] = (end_n, ages[-1][1])
+                    ages[-1] = (end_n, min(ages[-1][1], stamp))
             else:
                 self._failure = error
                 # The chunks before the last roll of this sync are durable (the roll synced
@@ -965,8 +1083,10 @@ class DiskQueue:
     def read(self, pos: int, n: int, max_bytes: int) -> list[Entry]:
         """Durable entries from ``pos`` (entry ``n``), one segment at most, about ``max_bytes``.
 
-        Always at least one entry when one is durable. Damaged data makes the queue skip the
-        rest of the segment (counted in ``corrupt``) and returns what precedes it.
+        Always at least one entry when one is durable. Entries before damaged data are
+        returned; damaged data read first makes the queue skip it, to the next valid entry
+        or the end of the segment (counted in ``corrupt``, see :meth:`_corrupt`), and
+        returns nothing: the reader reads again at :meth:`start_of_next_read`.
         """
         with self._lock:
             durable = self.durable_pos
@@ -978,10 +1098,7 @@ class DiskQueue:
             limit = min(limit, durable)
         if pos >= limit:
             return []
-        fd = self._read_fds.get(seg.base)
-        if fd is None:
-            fd = os.open(seg.path, os.O_RDONLY)
-            self._read_fds[seg.base] = fd
+        fd = self._read_fd(seg)
         want = min(limit - pos, max(max_bytes, ENTRY_SIZE + self.max_entry_bytes))
         data = os.pread(fd, want, pos - seg.base)
         view = memoryview(data)
@@ -994,7 +1111,8 @@ class DiskQueue:
             end = off + ENTRY_SIZE + length
             if end > len(data):
                 if pos + end > limit:
-                    self._corrupt(pos + off, seg, limit)
+                    if not entries:
+                        self._corrupt(pos + off, expected, seg, limit)
                 elif off == 0 and len(data) == want:
                     # The first entry is larger than this read: one written before
                     # max_entry_bytes was lowered. Read it whole (it is within the segment).
@@ -1008,7 +1126,11 @@ class DiskQueue:
                 crc32c(view[off + 8 : off + 16], crc32c(view[off : off + 4])),
             )
             if check != crc or number != expected:
-                self._corrupt(pos + off, seg, limit)
+                if not entries:
+                    self._corrupt(pos + off, expected, seg, limit)
+                # Else the entries before the damage go first: it is skipped once they are
+                # delivered, so that a skip never passes undelivered entries (a crash before
+                # their delivery would lose them).
                 break
             entries.append(Entry(number, pos + off, view[off + ENTRY_SIZE : end]))
             off = end
@@ -1019,22 +1141,54 @@ class DiskQueue:
         if not entries and len(data) < want:
             # The file ends before the next segment starts (a machine crash inside a roll
             # can leave that): what is missing is damaged, not coming.
-            self._corrupt(pos, seg, limit)
+            self._corrupt(pos, n, seg, limit)
         return entries
 
-    def _corrupt(self, at: int, seg: Segment, limit: int) -> None:
+    def _corrupt(self, at: int, n: int, seg: Segment, limit: int) -> None:
+        """Skip damaged data at ``at`` (where entry ``n`` should be): to the next valid entry
+        of the segment if there is one, else to the end of the segment. The entries skipped
+        are recorded as dropped (a query answers "dropped", not "delivered") before the
+        cursor skips them, as drop-oldest does."""
+        try:
+            data = os.pread(self._read_fd(seg), limit - seg.base, 0)
+        except OSError:
+            data = b""
+        resume = find_next_entry(memoryview(data), at - seg.base, n)
         with self._lock:
-            index = self._segment_index(at)
-            if index + 1 < len(self.segments):
-                nxt = self.segments[index + 1]
-                target = (nxt.base, nxt.first_n)
+            if resume is not None:
+                target = (seg.base + resume[0], resume[1])
             else:
-                target = (self.durable_pos, self.durable_n)
+                index = self._segment_index(at)
+                if index + 1 < len(self.segments):
+                    nxt = self.segments[index + 1]
+                    target = (nxt.base, nxt.first_n)
+                else:
+                    target = (self.durable_pos, self.durable_n)
+            if target[0] <= self.cursor.skip_pos:
+                return  # skipped already
             self.corrupt += 1
-            _log.error("%s: damaged entry at position %d; skipping to %d", seg.path, at, target[0])
-            if target[0] > self.cursor.skip_pos:
-                self.cursor.skip_pos, self.cursor.skip_n = target
-                self._write_cursor_locked()
+            _log.error(
+                "%s: damaged entry at position %d; skipping entries %d to %d, to position %d",
+                seg.path,
+                at,
+                n,
+                target[1] - 1,
+                target[0],
+            )
+            if target[1] > n:
+                try:
+                    self._record_dropped_locked(n, target[1])
+                except OSError as exc:
+                    _log.warning("%s: cannot record the skipped entries: %s", self.directory, exc)
+            self.cursor.skip_pos, self.cursor.skip_n = target
+            self._write_cursor_locked()
+
+    def _read_fd(self, seg: Segment) -> int:
+        fd = self._read_fds.get(seg.base)
+        if fd is None:
+            fd = os.open(seg.path, os.O_RDONLY)
+            self._read_fds[seg.base] = fd
+        return fd
 
     def locate(self, pos: int, n: int, target_n: int) -> tuple[int, int]:
         """The position of entry ``target_n`` (at most the durable end), reading from ``pos``."""
@@ -1155,11 +1309,12 @@ class DiskQueue:
         records: list[tuple[int, int, int]] = []
         for path in (old, current):
             found, size = _read_records(path, _OFFSET)
-            records.extend((first, count, base) for first, count, base in found)
+            records.extend((first, count, base) for (first, count, base), _ in found)
             if path is current:
-                self._index_records = len(found)
+                good_end = found[-1][1] if found else 0
+                self._index_records = good_end // _OFFSET.size
                 # A record torn by a crash: only offsets, the cursor says what was delivered.
-                _cut_after(path, len(found) * _OFFSET.size, size)
+                _cut_after(path, good_end, size)
         records.sort()
         self._delivered_first = [r[0] for r in records]
         self._delivered = [(r[1], r[2]) for r in records]
@@ -1171,14 +1326,15 @@ class DiskQueue:
         did not happen, and a later one must not make the record count."""
         path = self.directory / DROPPED_RANGES
         found, size = _read_records(path, _DROPPED)
-        kept = 0
-        for first, end in found:
-            if first >= end or end > self.cursor.skip_n:
+        good_end = 0
+        for (first, end), record_end in found:
+            # (With a reset cursor, skip_n says nothing: every record is kept.)
+            if first >= end or (end > self.cursor.skip_n and not self._cursor_reset):
                 break
             self.dropped_ranges.append((first, end))
-            kept += 1
-        self._dropped_records = kept
-        _cut_after(path, kept * _DROPPED.size, size)
+            good_end = record_end
+        self._dropped_records = good_end // _DROPPED.size
+        _cut_after(path, good_end, size)
 
     def _record_dropped_locked(self, first: int, end: int) -> None:
         """Make the drop of entries [first, end) durable before the cursor skips them, and
@@ -1352,9 +1508,14 @@ class DiskQueue:
                 return 0.0
             now = time.time()
             if start_n >= self._recovered_n:
-                if not self._oldest_time:
+                # Marks of entries no longer undelivered: delivered ones are removed at each
+                # commit, skipped ones (drop-oldest, damage) here.
+                ages = self._oldest_time
+                while ages and ages[0][0] <= start_n:
+                    ages.popleft()
+                if not ages:
                     return 0.0
-                return max(0.0, now - self._oldest_time[0][1])
+                return max(0.0, now - min(t for _, t in ages))
             seg = self.segments[self._segment_index(start_pos)]
         try:
             fd = os.open(seg.path, os.O_RDONLY)
