@@ -62,6 +62,25 @@ def test_right_arguments_encode_as_before() -> None:
     ]
 
 
+def test_a_partition_whose_queue_name_is_too_long_is_refused_even_when_parked(
+    tmp_path: Path,
+) -> None:
+    topic = "t" * 249  # the longest legal name: "<topic>-<partition>" may pass 255 bytes
+    config = {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path)}
+    with Agent(config) as agent:
+        parked = agent.send(topic, b"v")  # unknown topic: parked
+        assert parked.partition == -1
+        for send in (
+            lambda: agent.send(topic, b"v", partition=123456),
+            lambda: agent.send_many(topic, [(None, b"v")], partition=123456),
+        ):
+            with pytest.raises(AgentError, match="directory name would be longer than 255"):
+                send()
+        assert agent.send(topic, b"v", partition=12).partition == -1  # fits: parked, pinned
+        (row,) = agent.status()
+        assert row["depth"] == 2
+
+
 def test_a_data_dir_that_cannot_be_one_is_a_configuration_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_bytes(b"x")
     for data_dir in (tmp_path / "file", tmp_path / "file" / "below"):

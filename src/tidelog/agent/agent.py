@@ -58,6 +58,8 @@ from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 from tidelog.protocol import ErrorCode
 
 _log = logging.getLogger(__name__)
+# Longest file name (Linux): a queue directory is named <topic>-<partition>.
+NAME_MAX = 255
 
 # Kafka's legal topic names. Queue and parked directories are named after their topic, so
 # no other name may reach the file system (".." or "/" would place them outside data.dir).
@@ -67,6 +69,17 @@ _TOPIC = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}")
 def _check_topic(topic: object) -> None:
     if not isinstance(topic, str) or not _TOPIC.fullmatch(topic):
         raise AgentError(f"{topic!r} is not a valid topic name")
+
+
+def _check_explicit_partition(topic: str, partition: int) -> None:
+    """An explicit partition must be one whose queue can exist: checked before the event
+    is parked too, or the mover would fail on it for ever, holding back the events after."""
+    check_partition(partition)
+    if isinstance(topic, str) and len(f"{topic}-{partition}") > NAME_MAX:
+        raise AgentError(
+            f"topic {topic!r}, partition {partition}: the queue's directory name would be "
+            f"longer than {NAME_MAX} bytes"
+        )
 
 
 class EventId(NamedTuple):
@@ -564,7 +577,7 @@ class Agent:
         if self._closed:
             raise AgentClosedError("the agent is closed")
         if partition is not None:
-            check_partition(partition)
+            _check_explicit_partition(topic, partition)
         body = encode_body(key, value, headers, event_timestamp(timestamp))
         parked = self._parking(topic) if partition is None else self._parked_active(topic)
         if parked is not None:
@@ -608,7 +621,7 @@ class Agent:
         if self._closed:
             raise AgentClosedError("the agent is closed")
         if partition is not None:
-            check_partition(partition)
+            _check_explicit_partition(topic, partition)
         parked = self._parking(topic) if partition is None else self._parked_active(topic)
         if parked is not None:
             with contextlib.suppress(QueueSealed):
