@@ -107,17 +107,17 @@ def test_requests_stored_before_another_partition_refused_theirs_are_answered_ok
 def test_a_queue_the_agent_cannot_open_is_answered_and_the_connection_kept(
     daemon: tuple[Agent, AgentServer],
 ) -> None:
-    """A legal topic name whose queue directory name is too long for the file system: that
+    """A queue the file system will not make (a file stands where its directory goes): that
     request gets ERROR with the reason; the answer of the SEND before it (stored) still
     comes, and the connection serves on."""
     agent, server = daemon
-    long_topic = "t" * 249
+    (agent.data_dir / "queues" / "b-5").write_bytes(b"not a queue")
     with socket.socket(socket.AF_UNIX) as sock:
         sock.connect(str(server.path))
-        sock.sendall(send_frame(1, "a", 0, None) + send_frame(2, long_topic, 123456, None))
+        sock.sendall(send_frame(1, "a", 0, None) + send_frame(2, "b", 5, None))
         (_, first, _), (_, second, reason) = read_answers(sock, 2)
         assert (first, second) == (OK, ERROR)
-        assert b"cannot be opened" in reason and b"too long" in reason
+        assert b"cannot be opened" in reason and b"b-5" in reason
         sock.sendall(send_frame(3, "a", 0, None))
         assert read_answers(sock, 1)[0][:2] == (3, OK)
     assert agent.queue_for("a", 0).depth() == 2
