@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from tidelog.agent.agent import parse_agent_config
 from tidelog.agent.event import encode_body
 from tidelog.agent.queue import DiskQueue
@@ -42,6 +44,11 @@ class ScriptedBroker:
         # happens then.
         self.lose_answers = 0
         self.on_lost_answer: Callable[[], None] = lambda: None
+        # What a lost answer becomes: a broken connection (None), or this partition error
+        # (REQUEST_TIMED_OUT under acks=all, a failed fsync's KAFKA_STORAGE_ERROR...).
+        self.lost_answer_code: ErrorCode | None = None
+        # Batches of more records are refused MESSAGE_TOO_LARGE (max.message.bytes).
+        self.max_records: int | None = None
         # Runs after a DescribeProducers is answered (what the broker then loses).
         self.on_describe: Callable[[], None] = lambda: None
         self.produced: list[bytes] = []
@@ -106,6 +113,9 @@ class ScriptedBroker:
             return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
         base = -1
         header = parse_header(data)
+        if self.max_records is not None and header.last_offset_delta + 1 > self.max_records:
+            self.refusals += 1
+            code = ErrorCode.MESSAGE_TOO_LARGE
         batch = (header.producer_id, header.base_sequence, header.last_sequence)
         if code is ErrorCode.NONE and batch in self.written:
             part = SimpleNamespace(index=0, error_code=0, base_offset=self.written[batch])
@@ -122,7 +132,9 @@ class ScriptedBroker:
             if self.lose_answers:
                 self.lose_answers -= 1
                 self.on_lost_answer()
-                raise BrokerConnectionError("the connection broke before the answer")
+                if self.lost_answer_code is None:
+                    raise BrokerConnectionError("the connection broke before the answer")
+                code, base = self.lost_answer_code, -1
         part = SimpleNamespace(index=0, error_code=int(code), base_offset=base)
         return SimpleNamespace(responses=[SimpleNamespace(partition_responses=[part])])
 
@@ -264,15 +276,29 @@ def test_refused_events_are_skipped_and_the_rest_delivered_in_order(tmp_path: Pa
         reopened.close()
 
 
-def test_a_refused_resend_of_a_batch_in_doubt_asks_what_the_broker_holds(tmp_path: Path) -> None:
-    """A batch is written but its answer lost; its resend is refused, because the broker
-    checks records before it looks for a duplicate (the event has aged past the topic's
+@pytest.mark.parametrize(
+    "lost_as",
+    [
+        None,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    ],
+    ids=["connection", "timed-out", "not-enough-replicas-after-append", "storage-error"],
+)
+def test_a_refused_resend_of_a_batch_in_doubt_asks_what_the_broker_holds(
+    tmp_path: Path, lost_as: ErrorCode | None
+) -> None:
+    """A batch is written but its answer lost (the connection broke, or the broker answered
+    an error after the append); its resend is refused, because the broker checks records
+    before it looks for a duplicate (the event has aged past the topic's
     message.timestamp.before.max.ms meanwhile). The broker holds the first attempt: the
     events are delivered (offset unknown), not refused, and the next events get the next
     sequences, not the ones already used."""
     aged: set[bytes | None] = set()
     broker = ScriptedBroker([], refuse=lambda value: value in aged)
     broker.lose_answers = 1
+    broker.lost_answer_code = lost_as
     broker.on_lost_answer = lambda: aged.add(b"e0")
     queue = fill(tmp_path / "q", 3)
     sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
@@ -354,4 +380,43 @@ def test_events_in_doubt_the_broker_loses_after_saying_it_holds_them_are_written
     asyncio.run(deliver(sender, 5))
     assert values(broker) == [b"e%d" % i for i in range(5)]
     assert [sender.offset_of(n) for n in range(5)] == [("delivered", n) for n in range(5)]
+    queue.close()
+
+
+def test_a_duplicate_answer_to_a_resend_counts_its_events_once(tmp_path: Path) -> None:
+    broker = ScriptedBroker([ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER])
+    broker.lose_answers = 1  # written, answer lost: the resend is answered as a duplicate
+    queue = fill(tmp_path / "q", 4)
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    asyncio.run(deliver(sender, 4))
+    assert values(broker) == [b"e0", b"e1", b"e2", b"e3"]
+    assert (sender.delivered, sender.duplicates_avoided) == (4, 4)
+    queue.close()
+
+
+def test_a_batch_too_large_is_halved_and_the_count_that_fits_kept(tmp_path: Path) -> None:
+    """The topic takes 4 events per batch: found by halving once, not for every batch."""
+    broker = ScriptedBroker([])
+    broker.max_records = 4
+    queue = fill(tmp_path / "q", 64)
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    asyncio.run(deliver(sender, 64))
+    assert values(broker) == [b"e%d" % i for i in range(64)]
+    assert broker.refusals == 4  # 64 -> 32 -> 16 -> 8 -> 4
+    assert sender.rejected == 0
+    queue.close()
+
+
+def test_batches_are_capped_by_max_request_size(tmp_path: Path) -> None:
+    broker = ScriptedBroker([])
+    agent = FakeAgent(broker)
+    agent.config = {**agent.config, "batch.size": 1 << 30, "max.request.size": 1000}
+    queue = DiskQueue.open(tmp_path / "q")
+    events = [b"e%d-" % i + bytes(100) for i in range(100)]  # 12 kB in all
+    queue.append([encode_body(None, value, None, 1) for value in events])
+    sender = Sender(agent, queue, "t", 0)  # type: ignore[arg-type]
+    asyncio.run(deliver(sender, 100))
+    assert len(broker.produced) > 10
+    assert max(len(data) for data in broker.produced) <= 1000 + 200  # one event may pass it
+    assert values(broker) == events
     queue.close()

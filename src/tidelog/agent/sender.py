@@ -76,6 +76,17 @@ REFUSED_CODES = frozenset(
         ErrorCode.INVALID_TIMESTAMP,
     }
 )
+# Partition errors of a Produce that mean the batch was not written: refused before the
+# append (a stale leader, a missing topic, too few replicas in sync). After any other error
+# the batch may have been written (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND
+# under acks=all, KAFKA_STORAGE_ERROR when the fsync after the append failed).
+# How many batches keep the event count a halving found before the full batch.size is tried.
+SPLIT_COUNT_KEPT_FOR = 32
+NOTHING_WRITTEN_CODES = (STALE_METADATA_CODES - {ErrorCode.KAFKA_STORAGE_ERROR}) | {
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+}
 COMPRESSIONS = {
     "none": Compression.NONE,
     "gzip": Compression.GZIP,
@@ -107,7 +118,9 @@ class Sender:
         self.topic = topic
         self.partition = partition
         cfg = agent.config
-        self.batch_size: int = cfg["batch.size"]
+        # Bytes read per batch: batch.size, capped as Kafka's producer caps a batch, by
+        # max.request.size (a single event above it is refused when sent to the agent).
+        self.batch_size: int = min(cfg["batch.size"], cfg["max.request.size"])
         self.linger = cfg["linger.ms"] / 1000
         self.backoff_min = cfg["retry.backoff.ms"] / 1000
         self.backoff_max = max(self.backoff_min, cfg["retry.backoff.max.ms"] / 1000)
@@ -119,6 +132,8 @@ class Sender:
         self.next_seq = c.next_seq
         self.pos, self.n = c.read_pos, c.read_n
         self.max_count: int | None = None
+        # Batches still to be cut at the count a halving found (see _refused).
+        self.split_batches_left = 0
         self.batch: _Batch | None = None
         self.must_resolve = self.producer_id >= 0 and queue.durable_n > c.read_n
         self.wakeup = asyncio.Event()
@@ -337,7 +352,7 @@ class Sender:
         if code is ErrorCode.NONE:
             await self._acknowledged(batch, int(answer.base_offset))
         elif code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-            self.duplicates_avoided += batch.count
+            batch.in_doubt = True  # counted once, as a duplicate avoided, by _acknowledged
             await self._acknowledged(batch, -1)
         elif code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             self.batch = None
@@ -359,7 +374,9 @@ class Sender:
             self.batch = None
             self.queue.in_flight_end = None
             await self._new_producer()
-        elif code in REFUSED_CODES:
+        elif code in REFUSED_CODES or (code is ErrorCode.CORRUPT_MESSAGE and batch.count > 1):
+            # (A batch of several events the broker calls corrupt, e.g. one that decompresses
+            # past its limit, is split like a batch too large; one event alone is retried.)
             self.batch = None
             # A resend refused (the records are validated before the duplicate check: an
             # event aged past message.timestamp.before.max.ms since, a topic config
@@ -377,6 +394,11 @@ class Sender:
         else:
             if code in STALE_METADATA_CODES:
                 await self.agent.refresh_topic(self.topic)
+            if code not in NOTHING_WRITTEN_CODES:
+                # The broker may have written the batch before it failed (a timeout waiting
+                # for replicas, a failed fsync): if its resend is then refused, what the
+                # broker holds must be asked for, not taken as refused.
+                batch.in_doubt = True
             raise broker_error(
                 code,
                 getattr(answer, "error_message", None),
@@ -397,7 +419,10 @@ class Sender:
             self.max_count = named[0]  # the events before the first refused one go alone
             return
         if not named and batch.count > 1:
+            # Too large as a whole (the topic's max.message.bytes): halved until it fits,
+            # and the count that fits is kept for the next batches (see _acknowledged).
             self.max_count = max(1, batch.count // 2)
+            self.split_batches_left = SPLIT_COUNT_KEPT_FOR
             return
         skip = 1  # the refused events that lead the batch: 0, 1, ... as named, or the only one
         while skip < len(named) and named[skip] == skip:
@@ -423,6 +448,7 @@ class Sender:
         # No sequence was used: the next event sent gets the refused one's.
         await self._commit(end_pos, end_n, self.next_seq, refused=(batch.first_n, end_n))
         self.max_count = None
+        self.split_batches_left = 0
 
     async def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
         next_seq = (batch.sequence + batch.count) % SEQ_MOD
@@ -437,7 +463,12 @@ class Sender:
         # next include this batch.
         self.batch = None
         self.queue.in_flight_end = None
-        self.max_count = None
+        if self.split_batches_left > 0:
+            # A count learned by halving holds for a while: relearning it for every batch
+            # would send each one several times (a backlog drained 13 times slower).
+            self.split_batches_left -= 1
+        else:
+            self.max_count = None
         if self.callbacks:
             self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
 
