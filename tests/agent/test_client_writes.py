@@ -9,6 +9,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,3 +185,35 @@ def test_a_timeout_before_any_byte_went_out_fails_only_that_request(tmp_path: Pa
         client.close()
         conn.close()
         listener.close()
+
+
+def test_a_caller_waiting_when_another_breaks_the_connection_gets_the_cause(
+    stalled: StalledDaemon,
+) -> None:
+    """The connection fails while a caller whose request went out whole waits for its
+    answer, and _fail is still failing futures one by one (a slow callback on one of them):
+    that caller gets the cause, not a TimeoutError long before its own timeout."""
+    client = AgentClient(stalled.path, timeout=10.0)
+    try:
+        first = client.submit("t", b"first", partition=0)
+        first.add_done_callback(lambda _: time.sleep(1.5))
+        outcome: list[BaseException] = []
+
+        def caller() -> None:
+            try:
+                client.send("t", b"mine", partition=0)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        waiting = threading.Thread(target=caller)
+        waiting.start()
+        time.sleep(0.2)
+        client.timeout = 0.5  # the big write below gives up after 0.5 s
+        with pytest.raises(AgentClosedError, match="took only part"):
+            client.send_many("t", BIG, partition=0)
+        waiting.join(15)
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], AgentClosedError), repr(outcome[0])
+        assert "took only part" in str(outcome[0])
+    finally:
+        client.close()

@@ -233,6 +233,38 @@ def test_a_missing_segment_is_said_counted_and_answers_dropped(tmp_path: Path) -
     q.close()
 
 
+def test_a_lost_page_of_many_small_entries_is_skipped_not_cut(tmp_path: Path) -> None:
+    """A 4 KiB page of zeros in the middle (a lost page write): more entries damaged in a
+    row than the number search looks for, and still nothing after them is cut."""
+    seg = written_segment(tmp_path / "q", 200)
+    data = bytearray(seg.read_bytes())
+    data[4096:8192] = bytes(4096)
+    seg.write_bytes(bytes(data))
+    q = DiskQueue.open(tmp_path / "q")
+    assert q.write_n == 200 and q.truncated_bytes == 0
+    numbers = [n for n, _ in read_all(q, commit=True)]
+    (lost,) = q.dropped_ranges
+    assert lost[1] - lost[0] > queue_module.RESYNC_SEARCH_ENTRIES
+    assert numbers == [n for n in range(200) if not lost[0] <= n < lost[1]]
+    q.close()
+
+
+def test_reading_ahead_to_locate_an_entry_never_skips(tmp_path: Path) -> None:
+    """locate() reads ahead of the delivered entries (to find where entries the broker holds
+    end): damage on the way is passed over, not skipped, so that the entries before it are
+    still delivered after a restart."""
+    seg = written_segment(tmp_path / "q", 10)
+    flip(seg, 6 * (seg.stat().st_size // 10) + ENTRY_SIZE + 3)
+    q = DiskQueue.open(tmp_path / "q")
+    pos, n = q.locate(0, 0, 8)
+    assert n == 8 and pos == 8 * (seg.stat().st_size // 10)
+    assert q.cursor.skip_n == 0 and list(q.dropped_ranges) == []
+    q.close()
+    q = DiskQueue.open(tmp_path / "q")
+    assert [n for n, _ in read_all(q, commit=True)] == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    q.close()
+
+
 def test_damage_with_nothing_valid_after_it_is_a_torn_tail(tmp_path: Path) -> None:
     seg = written_segment(tmp_path / "q", 10)
     entry = seg.stat().st_size // 10

@@ -305,6 +305,10 @@ class AgentClient:
                     self._read_until(future.done, deadline)
                 finally:
                     self._give_up_reading()
+                if not future.done() and self._failure is not None:
+                    # The connection failed and _fail (on another thread) has not reached
+                    # this future yet: its cause, not a TimeoutError of result(0).
+                    raise self._failure
                 return future.result(0)
             with self._state:
                 while not future.done() and self._reading:

@@ -480,7 +480,7 @@ class ParkedTopic:
         entries: list[Entry] = []
         n = plan.n0
         while n < plan.n1:
-            got = self.queue.read(pos, n, plan.end_pos - pos)
+            got = self.queue.read(pos, n, plan.end_pos - pos, skip_damage=False)
             if not got:
                 break
             entries.extend(got)

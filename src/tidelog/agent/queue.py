@@ -209,6 +209,18 @@ def find_next_entry(
             break
     # Plausible only if the entries skipped could fit in the bytes skipped.
     found = [(at, n) for at, n in found if (n - expected) * ENTRY_SIZE <= at - off]
+    if not found:
+        # More than RESYNC_SEARCH_ENTRIES entries damaged in a row (a lost page of small
+        # entries): any later entry that checks, found offset by offset. Slow (seconds for
+        # a full segment), and only after the fast ways found nothing.
+        end = len(data.rstrip(b"\0"))
+        number_at = struct.Struct(">Q").unpack_from
+        for start in range(off + 1, end - ENTRY_SIZE + 1):
+            (number,) = number_at(data, start + 8)
+            if expected < number <= expected + (start - off) // ENTRY_SIZE:
+                entry = _entry_at(view, start)
+                if entry is not None and entry[1] == number:
+                    return start, number
     return min(found) if found else None
 
 
@@ -1080,13 +1092,16 @@ class DiskQueue:
             c = self.cursor
             return (c.read_pos, c.read_n) if c.read_pos >= c.skip_pos else (c.skip_pos, c.skip_n)
 
-    def read(self, pos: int, n: int, max_bytes: int) -> list[Entry]:
+    def read(self, pos: int, n: int, max_bytes: int, *, skip_damage: bool = True) -> list[Entry]:
         """Durable entries from ``pos`` (entry ``n``), one segment at most, about ``max_bytes``.
 
         Always at least one entry when one is durable. Entries before damaged data are
         returned; damaged data read first makes the queue skip it, to the next valid entry
         or the end of the segment (counted in ``corrupt``, see :meth:`_corrupt`), and
-        returns nothing: the reader reads again at :meth:`start_of_next_read`.
+        returns nothing: the reader reads again at :meth:`start_of_next_read`. Only a reader
+        at the start of the undelivered entries may skip; one reading ahead of it passes
+        ``skip_damage=False`` and gets nothing at damage (a skip from there would pass
+        undelivered entries).
         """
         with self._lock:
             durable = self.durable_pos
@@ -1111,7 +1126,7 @@ class DiskQueue:
             end = off + ENTRY_SIZE + length
             if end > len(data):
                 if pos + end > limit:
-                    if not entries:
+                    if not entries and skip_damage:
                         self._corrupt(pos + off, expected, seg, limit)
                 elif off == 0 and len(data) == want:
                     # The first entry is larger than this read: one written before
@@ -1126,7 +1141,7 @@ class DiskQueue:
                 crc32c(view[off + 8 : off + 16], crc32c(view[off : off + 4])),
             )
             if check != crc or number != expected:
-                if not entries:
+                if not entries and skip_damage:
                     self._corrupt(pos + off, expected, seg, limit)
                 # Else the entries before the damage go first: it is skipped once they are
                 # delivered, so that a skip never passes undelivered entries (a crash before
@@ -1138,7 +1153,7 @@ class DiskQueue:
             total += ENTRY_SIZE + length
             if total >= max_bytes:
                 break
-        if not entries and len(data) < want:
+        if not entries and len(data) < want and skip_damage:
             # The file ends before the next segment starts (a machine crash inside a roll
             # can leave that): what is missing is damaged, not coming.
             self._corrupt(pos, n, seg, limit)
@@ -1183,6 +1198,20 @@ class DiskQueue:
             self.cursor.skip_pos, self.cursor.skip_n = target
             self._write_cursor_locked()
 
+    def _after_damage(self, pos: int, n: int) -> tuple[int, int] | None:
+        """Where entries go on after damaged data at ``pos`` (entry ``n``), if they do within
+        its segment: (position, number)."""
+        with self._lock:
+            if pos >= self.durable_pos:
+                return None
+            index = self._segment_index(pos)
+            seg = self.segments[index]
+            limit = self.segments[index + 1].base if index + 1 < len(self.segments) else None
+            limit = self.durable_pos if limit is None else min(limit, self.durable_pos)
+        data = os.pread(self._read_fd(seg), limit - seg.base, 0)
+        found = find_next_entry(memoryview(data), pos - seg.base, n)
+        return None if found is None else (seg.base + found[0], found[1])
+
     def _read_fd(self, seg: Segment) -> int:
         fd = self._read_fds.get(seg.base)
         if fd is None:
@@ -1191,11 +1220,16 @@ class DiskQueue:
         return fd
 
     def locate(self, pos: int, n: int, target_n: int) -> tuple[int, int]:
-        """The position of entry ``target_n`` (at most the durable end), reading from ``pos``."""
+        """The position of entry ``target_n`` (at most the durable end), reading from ``pos``
+        ahead of the delivered entries: over damage, without skipping it."""
         while n < target_n:
-            entries = self.read(pos, n, 1 << 20)
+            entries = self.read(pos, n, 1 << 20, skip_damage=False)
             if not entries:
-                break
+                beyond = self._after_damage(pos, n)
+                if beyond is None or beyond[1] > target_n:
+                    break
+                pos, n = beyond
+                continue
             for entry in entries:
                 if entry.number == target_n:
                     return entry.position, entry.number
