@@ -24,7 +24,7 @@ from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
-from tidelog.metadata.configs import BrokerConfig
+from tidelog.metadata.configs import BrokerConfig, topic_log_config
 from tidelog.metadata.controller import Controller
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
@@ -63,6 +63,11 @@ class BrokerApp:
             config.log_dirs,
             clock=self.clock,
             default_config=config.default_log_config,
+            # Logs found on disk open with their topic's settings (retention, max.message.
+            # bytes, cleanup.policy...), not the broker's defaults.
+            config_for=lambda topic: topic_log_config(
+                controller.config, controller.image.topic_config(topic)
+            ),
             reserved_dirs={f"{METADATA_TOPIC}-{METADATA_PARTITION}"},
         )
         await asyncio.to_thread(logs.open)

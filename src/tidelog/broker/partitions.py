@@ -281,6 +281,8 @@ class Partitions:
         log = self.logs.get_or_create_log(
             topic, partition, config, topic_id=kafka_uuid_string(topic_id) if topic_id else None
         )
+        # A log opened before this call (found on disk at start) takes the topic's settings.
+        log.update_config(config)
         created = Partition(
             log,
             topic_id=topic_id,
