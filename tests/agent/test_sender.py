@@ -12,7 +12,7 @@ import pytest
 
 from tidelog.agent.agent import parse_agent_config
 from tidelog.agent.event import encode_body
-from tidelog.agent.queue import DiskQueue
+from tidelog.agent.queue import ENTRY_SIZE, DiskQueue
 from tidelog.agent.sender import Sender
 from tidelog.client.errors import BrokerConnectionError
 from tidelog.protocol import ApiKey, ErrorCode
@@ -283,8 +283,19 @@ def test_refused_events_are_skipped_and_the_rest_delivered_in_order(tmp_path: Pa
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         ErrorCode.KAFKA_STORAGE_ERROR,
+        # An acks=all request waiting for its replicas when leadership moves, or the
+        # partition goes: answered so after the append.
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     ],
-    ids=["connection", "timed-out", "not-enough-replicas-after-append", "storage-error"],
+    ids=[
+        "connection",
+        "timed-out",
+        "not-enough-replicas-after-append",
+        "storage-error",
+        "not-leader",
+        "unknown-partition",
+    ],
 )
 def test_a_refused_resend_of_a_batch_in_doubt_asks_what_the_broker_holds(
     tmp_path: Path, lost_as: ErrorCode | None
@@ -419,4 +430,39 @@ def test_batches_are_capped_by_max_request_size(tmp_path: Path) -> None:
     assert len(broker.produced) > 10
     assert max(len(data) for data in broker.produced) <= 1000 + 200  # one event may pass it
     assert values(broker) == events
+    queue.close()
+
+
+def test_events_the_broker_holds_up_to_inside_damaged_data_are_not_sent_again(
+    tmp_path: Path,
+) -> None:
+    """After a crash the broker holds entries 0..14 of the queue's producer; entries 10..19
+    were damaged on disk since. The held ones count as delivered, the damaged rest is
+    dropped, and sending goes on at entry 20 with the next sequence: nothing twice."""
+    queue = fill(tmp_path / "q", 30)
+    queue.commit(0, 0, 0, 7, 0)  # producer 7 persisted, nothing acknowledged yet
+    entries = queue.read(0, 0, 1 << 20)
+    start = entries[10].position
+    end = entries[19].position + ENTRY_SIZE + len(entries[19].body)
+    queue.close()
+    (segment,) = (tmp_path / "q").glob("*.q")
+    with segment.open("r+b") as f:
+        f.seek(start)
+        f.write(b"\xff" * (end - start))
+    queue = DiskQueue.open(tmp_path / "q")
+    broker = ScriptedBroker([])
+    broker.last_sequence[7] = 14
+    sender = Sender(FakeAgent(broker), queue, "t", 0)  # type: ignore[arg-type]
+    asyncio.run(deliver(sender, 30))
+    assert values(broker) == [b"e%d" % i for i in range(20, 30)]
+    assert [
+        (parse_header(d).producer_id, parse_header(d).base_sequence) for d in broker.produced
+    ] == [(7, 15)]
+    assert [sender.offset_of(n)[0] for n in (0, 14, 15, 19, 20)] == [
+        "delivered",
+        "delivered",
+        "dropped",
+        "dropped",
+        "delivered",
+    ]
     queue.close()

@@ -76,17 +76,21 @@ REFUSED_CODES = frozenset(
         ErrorCode.INVALID_TIMESTAMP,
     }
 )
-# Partition errors of a Produce that mean the batch was not written: refused before the
-# append (a stale leader, a missing topic, too few replicas in sync). After any other error
-# the batch may have been written (REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND
-# under acks=all, KAFKA_STORAGE_ERROR when the fsync after the append failed).
+# Partition errors of a Produce that prove the batch was not written: refused before the
+# append. Any other may come after it: REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+# even NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION (leadership moved, or the
+# partition went, while an acks=all request waited for its replicas), KAFKA_STORAGE_ERROR
+# (the fsync after the append failed).
+NOTHING_WRITTEN_CODES = frozenset(
+    {
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+    }
+)
 # How many batches keep the event count a halving found before the full batch.size is tried.
 SPLIT_COUNT_KEPT_FOR = 32
-NOTHING_WRITTEN_CODES = (STALE_METADATA_CODES - {ErrorCode.KAFKA_STORAGE_ERROR}) | {
-    ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.CORRUPT_MESSAGE,
-    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-}
 COMPRESSIONS = {
     "none": Compression.NONE,
     "gzip": Compression.GZIP,
@@ -131,7 +135,11 @@ class Sender:
         self.producer_epoch = c.producer_epoch
         self.next_seq = c.next_seq
         self.pos, self.n = c.read_pos, c.read_n
+        # The next batch's count at most: the events before a refused one go alone.
         self.max_count: int | None = None
+        # A count found by halving a batch too large for the topic, and for how many more
+        # batches it holds (see _refused).
+        self.split_count: int | None = None
         # Batches still to be cut at the count a halving found (see _refused).
         self.split_batches_left = 0
         self.batch: _Batch | None = None
@@ -246,8 +254,9 @@ class Sender:
             if size < self.batch_size and self.linger > 0:
                 await asyncio.sleep(self.linger)
                 entries = self.queue.read(self.pos, self.n, self.batch_size)
-            if self.max_count is not None:
-                entries = entries[: self.max_count]
+            for cap in (self.max_count, self.split_count):
+                if cap is not None:
+                    entries = entries[:cap]
             if self._make_batch(entries):
                 return True
             # drop-oldest dropped entries this batch holds while it was read: they are
@@ -421,7 +430,7 @@ class Sender:
         if not named and batch.count > 1:
             # Too large as a whole (the topic's max.message.bytes): halved until it fits,
             # and the count that fits is kept for the next batches (see _acknowledged).
-            self.max_count = max(1, batch.count // 2)
+            self.split_count = max(1, batch.count // 2)
             self.split_batches_left = SPLIT_COUNT_KEPT_FOR
             return
         skip = 1  # the refused events that lead the batch: 0, 1, ... as named, or the only one
@@ -448,7 +457,6 @@ class Sender:
         # No sequence was used: the next event sent gets the refused one's.
         await self._commit(end_pos, end_n, self.next_seq, refused=(batch.first_n, end_n))
         self.max_count = None
-        self.split_batches_left = 0
 
     async def _acknowledged(self, batch: _Batch, base_offset: int) -> None:
         next_seq = (batch.sequence + batch.count) % SEQ_MOD
@@ -463,12 +471,13 @@ class Sender:
         # next include this batch.
         self.batch = None
         self.queue.in_flight_end = None
+        self.max_count = None
         if self.split_batches_left > 0:
             # A count learned by halving holds for a while: relearning it for every batch
             # would send each one several times (a backlog drained 13 times slower).
             self.split_batches_left -= 1
         else:
-            self.max_count = None
+            self.split_count = None
         if self.callbacks:
             self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
 
@@ -578,8 +587,11 @@ class Sender:
                 )
                 return held
         target_pos, target_n = self.queue.locate(pos, n, n + held)
-        if target_n != n + held:
+        if target_n < n + held:
             return -1
+        # Past it: the broker's last entry lies in damaged data here. What it holds is
+        # delivered; the damaged entries after those can never be sent: dropped.
+        lost = (n + held, target_n) if target_n > n + held else None
         _log.info(
             "%s-%d: the broker already holds %d in-doubt event(s); not sending them again",
             self.topic,
@@ -588,7 +600,9 @@ class Sender:
         )
         self.duplicates_avoided += held
         self.delivered += held
-        await self._commit(target_pos, target_n, (next_seq + held) % SEQ_MOD, (n, held, -1))
+        await self._commit(
+            target_pos, target_n, (next_seq + held) % SEQ_MOD, (n, held, -1), refused=lost
+        )
         if self.callbacks:
             self.agent.run_callbacks(self, n, held, -1)
         return held
