@@ -89,8 +89,10 @@ TOO_OLD = -2 * HOUR_MS
 TOO_NEW = 2 * HOUR_MS
 # Inside the window by a minute: the test takes seconds between stamping and producing.
 OLD_BUT_IN_RANGE = -59 * 60_000
-# Long enough that the three records of a send loop travel in one batch.
-LINGER_MS = 200
+# Long enough that the three records of a send loop travel in one batch, even on a loaded
+# CI machine (200 ms was not: the first record once went alone). The clients' flush() sends
+# a lingering batch at once (librdkafka, kafka-python, Java); aiokafka waits it out.
+LINGER_MS = 3000
 TIMEOUT = 30.0
 
 # The text the Java client (and kafka-python, librdkafka after it) gives the records of a
