@@ -45,6 +45,14 @@ record has nothing in its partition queue. So every parked event lands in exactl
 partition queue exactly once, in the order of its chunk, and the parked read position never
 passes an event that is not durable in a partition queue.
 
+Damaged data found in the chunk of an interrupted move (a parked entry that no longer reads
+back, and that its partition queue does not have yet) is lost, not a reason to stop: those
+entries are recorded as dropped, the rest of each group is appended in runs around them
+(each run with its own PLACED record, so the count above still holds), and the read position
+moves to ``n1`` as usual. The chunk is read over the damage without skipping it, and the
+mover always finishes a pending plan before it reads anything else: a reading that skips
+damage at the plan's start would begin a new plan inside it and place its events twice.
+
 The journal is also the map from a parked event id to its partition queue entry, used by
 delivery queries; it is kept (rotated to ``moves.old`` past 8 MiB, so at least the last
 8 MiB of records, about two million moved events, stay answerable).
@@ -60,7 +68,7 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -342,18 +350,26 @@ class ParkedTopic:
                     self._wake.clear()
                     backoff = min(backoff * 2, backoff_max)
                 continue
-            pos, n = self.queue.start_of_next_read()
-            entries = self.queue.read(pos, n, MOVE_CHUNK_BYTES)
-            if not entries:
-                if self.queue.seal_if_moved(n):
-                    _log.info("%s: every parked event has moved", self.topic)
-                    self.last_error = ""
-                    return
-                self._wake.wait(0.5)
-                self._wake.clear()
-                continue
             try:
-                self._move(entries)
+                pos, n = self.queue.start_of_next_read()
+                planned = self.journal.plans.get(n)
+                if planned is not None:
+                    # A move stopped after its plan (an error, or a crash that _recover
+                    # could not finish): finish that plan. Planning again would append
+                    # its placed groups twice, and a reading that skips damage here would
+                    # start the next plan inside this one.
+                    self._finish_plan(planned, pos)
+                else:
+                    entries = self.queue.read(pos, n, MOVE_CHUNK_BYTES)
+                    if not entries:
+                        if self.queue.seal_if_moved(n):
+                            _log.info("%s: every parked event has moved", self.topic)
+                            self.last_error = ""
+                            return
+                        self._wake.wait(0.5)
+                        self._wake.clear()
+                        continue
+                    self._move(entries)
             except (OSError, AgentError) as exc:
                 if self._closed:
                     return
@@ -390,13 +406,6 @@ class ParkedTopic:
         end_pos = last.position + ENTRY_SIZE + len(last.body)
         if not self.queue.claim(n0, end_pos, last.number + 1):
             return  # drop-oldest dropped some of them meanwhile: read again
-        planned = self.journal.plans.get(n0)
-        if planned is not None:
-            # An earlier attempt at this chunk stopped after its plan (an error, retried
-            # here): finish that plan. Planning again would append its placed groups twice.
-            self.queue.in_flight_end = (planned.end_pos, planned.n1)
-            self._finish(planned, self._entries_of(planned, entries[0].position))
-            return
         pins = [unpin(e.body) for e in entries]
         free = [i for i, (pinned, _) in enumerate(pins) if pinned is None]
         chosen = self.agent.assign_partitions(
@@ -410,8 +419,23 @@ class ParkedTopic:
         plan = self.journal.plan(n0, last.number + 1, end_pos, parts.count, assign)
         self._finish(plan, entries)
 
-    def _finish(self, plan: Plan, entries: list[Entry]) -> None:
-        """Steps 2 and 3 for the groups of ``plan`` not (wholly) in their queues yet."""
+    def _finish_plan(self, plan: Plan, pos: int) -> None:
+        """Finish the move of ``plan``, whose chunk starts at ``pos`` (the read position)."""
+        if not self.queue.claim(plan.n0, plan.end_pos, plan.n1):
+            return  # drop-oldest skipped past it meanwhile: read again
+        self._finish(plan, self._entries_of(plan, pos))
+
+    def _finish(self, plan: Plan, entries: Sequence[Entry | None]) -> None:
+        """Steps 2 and 3 for the groups of ``plan`` not (wholly) in their queues yet.
+
+        An entry that cannot be read back (None: damaged since it was planned) and is not in
+        its partition queue yet is lost: it is recorded as dropped first, then the rest of
+        its group is appended without it, each run between lost entries with a PLACED
+        record of its own. So a recovery's count of what a group has (its last PLACED
+        record and the queue's end) still holds: a lost entry is never placed.
+        """
+        todo: list[tuple[int, list[int], DiskQueue, int]] = []
+        lost: list[int] = []
         for partition in sorted(set(plan.assign)):
             group = plan.group(partition)
             queue = self.agent.queue_for(self.topic, partition)
@@ -420,14 +444,29 @@ class ParkedTopic:
             if placed:
                 start, first, count = placed[-1]
                 have = start + max(0, min(count, queue.write_n - first))
-            if have >= len(group):
-                continue
-            rest = group[have:]
-            bodies = [unpin(entries[i].body)[1] for i in rest]
-            self._append(plan, partition, queue, have, rest, bodies)
+            todo.append((partition, group, queue, have))
+            lost.extend(i for i in group[have:] if entries[i] is None)
+        # Recorded before anything after them is placed: an attempt after a crash starts
+        # past them in their groups and would not see them again.
+        for first, end in _runs(sorted(lost)):
+            for i in range(first, end):
+                self.callbacks.pop(plan.n0 + i, None)  # never delivered: no callback
+            self.queue.record_damage(plan.n0 + first, plan.n0 + end)
+        for partition, group, queue, have in todo:
+            k = have
+            while k < len(group):
+                if entries[group[k]] is None:
+                    k += 1
+                    continue
+                run_start = k
+                bodies: list[bytes | memoryview] = []
+                while k < len(group) and (entry := entries[group[k]]) is not None:
+                    bodies.append(unpin(entry.body)[1])
+                    k += 1
+                self._append(plan, partition, queue, run_start, group[run_start:k], bodies)
         self.queue.commit(plan.end_pos, plan.n1, 0, -1, -1)
         self.queue.in_flight_end = None
-        self.moved += plan.n1 - plan.n0
+        self.moved += plan.n1 - plan.n0 - len(lost)
         self.journal.rotate_if_large()
 
     def _append(
@@ -472,26 +511,28 @@ class ParkedTopic:
         _log.info(
             "%s: finishing the move of parked events %d..%d", self.topic, plan.n0, plan.n1 - 1
         )
-        self.queue.in_flight_end = (plan.end_pos, plan.n1)
-        self._finish(plan, self._entries_of(plan, pos))
+        self._finish_plan(plan, pos)
 
-    def _entries_of(self, plan: Plan, pos: int) -> list[Entry]:
-        """The parked entries of ``plan``'s chunk, which starts at ``pos``."""
-        entries: list[Entry] = []
+    def _entries_of(self, plan: Plan, pos: int) -> list[Entry | None]:
+        """The parked entries of ``plan``'s chunk, which starts at ``pos``, by index in the
+        chunk; None for each one that cannot be read back (damaged data, or a tail the
+        queue's recovery cut). Reads over damage without skipping it: the chunk's read
+        position moves only once the plan is finished."""
+        entries: list[Entry | None] = []
         n = plan.n0
         while n < plan.n1:
             got = self.queue.read(pos, n, plan.end_pos - pos, skip_damage=False)
-            if not got:
+            if got:
+                entries.extend(e for e in got if e.number < plan.n1)
+                last = got[-1]
+                pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+                continue
+            beyond = self.queue.after_damage(pos, n)
+            resume = plan.n1 if beyond is None else min(beyond[1], plan.n1)
+            entries.extend([None] * (resume - n))
+            if beyond is None:
                 break
-            entries.extend(got)
-            last = got[-1]
-            pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
-        entries = entries[: plan.n1 - plan.n0]
-        if len(entries) != plan.n1 - plan.n0:
-            raise AgentError(
-                f"{self.queue.directory}: the parked events {plan.n0}..{plan.n1 - 1} of an "
-                "interrupted move cannot be read back"
-            )
+            pos, n = beyond
         return entries
 
     # ------------------------------------------------------------------ queries
@@ -530,6 +571,17 @@ class ParkedTopic:
             "producer_id": -1,
             "last_error": self.last_error,
         }
+
+
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Sorted ``indexes`` as ``[first, end)`` runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 __all__ = ["MoveJournal", "ParkedTopic", "Plan", "QueueSealed", "body_key", "pin", "unpin"]

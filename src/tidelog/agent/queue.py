@@ -1219,7 +1219,7 @@ class DiskQueue:
             self.cursor.skip_pos, self.cursor.skip_n = target
             self._write_cursor_locked()
 
-    def _after_damage(self, pos: int, n: int) -> tuple[int, int] | None:
+    def after_damage(self, pos: int, n: int) -> tuple[int, int] | None:
         """Where entries go on after damaged data at ``pos`` (entry ``n``), if they do within
         its segment: (position, number)."""
         with self._lock:
@@ -1232,6 +1232,19 @@ class DiskQueue:
         data = os.pread(self._read_fd(seg), limit - seg.base, 0)
         found = find_next_entry(memoryview(data), pos - seg.base, n)
         return None if found is None else (seg.base + found[0], found[1])
+
+    def record_damage(self, first: int, end: int) -> None:
+        """Entries ``[first, end)``, found damaged by a reader that does not move the cursor
+        past them itself (a parked move finishing its plan): counted in ``corrupt`` and
+        recorded as dropped, so that a query answers "dropped" for them. An error recording
+        them is logged: they are lost either way."""
+        with self._lock:
+            self.corrupt += 1
+            _log.error("%s: entries %d to %d are damaged; dropped", self.directory, first, end - 1)
+            try:
+                self._record_dropped_locked(first, end)
+            except OSError as exc:
+                _log.warning("%s: cannot record the damaged entries: %s", self.directory, exc)
 
     def _read_fd(self, seg: Segment) -> int:
         fd = self._read_fds.get(seg.base)
@@ -1247,7 +1260,7 @@ class DiskQueue:
         while n < target_n:
             entries = self.read(pos, n, 1 << 20, skip_damage=False)
             if not entries:
-                beyond = self._after_damage(pos, n)
+                beyond = self.after_damage(pos, n)
                 if beyond is None:
                     break
                 pos, n = beyond
