@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +68,37 @@ def test_in_process_delivery_offsets_and_key_partitioning(
         status = {(s["topic"], s["partition"]): s for s in agent.status()}
         assert sum(s["delivered"] for s in status.values()) == 300
         assert all(s["depth"] == 0 for s in status.values())
+
+
+def test_the_agent_wide_callback_sees_every_event_and_no_callback_stops_delivery(
+    broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
+) -> None:
+    """``Agent(on_delivery=...)`` runs for every delivered event, sent with a callback of
+    its own or not, with the offset a consumer reads; a callback that raises, even
+    SystemExit, is logged and delivery goes on."""
+    topic = topic_name()
+    create_topic(broker.bootstrap, topic, 1)
+    seen: dict[EventId, int] = {}
+
+    def hook(event: EventId, offset: int) -> None:
+        seen[event] = offset
+        if len(seen) == 1:
+            raise SystemExit("the application's callback exits")
+
+    def own(event: EventId, offset: int) -> None:
+        raise SystemExit("so does this one")
+
+    config = {"bootstrap.servers": broker.bootstrap, "data.dir": str(tmp_path / "a")}
+    with Agent(config, on_delivery=hook) as agent:
+        ids = [agent.send(topic, b"plain-%d" % i, partition=0) for i in range(20)]
+        assert agent.flush(30)
+        ids.append(agent.send(topic, b"own", partition=0, on_delivery=own))
+        ids += agent.send_many(topic, [(None, b"many-%d" % i) for i in range(20)], partition=0)
+        assert agent.flush(30)
+        wait_for(lambda: len(seen) == len(ids))
+    offsets = {v: off for off, _, v in read_topic(broker.bootstrap, topic, 1)[0]}
+    values = [b"plain-%d" % i for i in range(20)] + [b"own"] + [b"many-%d" % i for i in range(20)]
+    assert [seen[event] for event in ids] == [offsets[v] for v in values]
 
 
 def test_keys_of_any_bytes_type_go_to_the_same_partition(
@@ -182,6 +214,21 @@ def test_a_topic_name_the_cluster_refuses_is_shown_in_the_status(
         assert agent.delivery(event).state == "pending"
 
 
+def test_a_cluster_out_of_reach_is_shown_in_the_status_of_parked_events(tmp_path: Path) -> None:
+    """Not "the cluster does not know the topic yet": nobody could be asked."""
+    dead = f"127.0.0.1:{free_port()}"
+    config = {"bootstrap.servers": dead, "data.dir": str(tmp_path / "a"), "retry.backoff.ms": 20}
+    with Agent(config) as agent:
+        assert agent.send("unseen", b"v").partition == -1
+
+        def parked_error() -> str:
+            (row,) = agent.status()
+            return str(row["last_error"])
+
+        wait_for(lambda: parked_error().startswith("cannot reach the cluster: "))
+        assert dead in parked_error()
+
+
 def test_resend_after_a_lost_cursor_is_recognised(
     broker: BrokerProcess, tmp_path: Path, topic_name: Callable[[], str]
 ) -> None:
@@ -236,6 +283,56 @@ def test_full_queue_policies_without_a_cluster(tmp_path: Path) -> None:
         assert status["depth"] + status["dropped"] == 1000
         assert agent.delivery(ids[0]).state == "dropped"
         assert agent.delivery(ids[-1]).state == "pending"
+
+
+def test_drops_forget_callbacks_and_never_trouble_a_query(tmp_path: Path) -> None:
+    """With the cluster down, drop-oldest drops on the sending threads: the callbacks of
+    the dropped events (never to run) are let go, of a partition queue's and of a parked
+    queue's events alike, and queries running meanwhile always answer."""
+    config = {
+        "bootstrap.servers": f"127.0.0.1:{free_port()}",
+        "data.dir": str(tmp_path / "a"),
+        "queue.full.policy": "drop-oldest",
+        "queue.max.bytes": 16384,
+        "queue.segment.bytes": 4096,
+    }
+    with Agent(config) as agent:
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def send(topic: str, partition: int | None) -> None:
+            try:
+                while not stop.is_set():
+                    agent.send(topic, b"x" * 500, partition=partition, on_delivery=print)
+            except BaseException as exc:
+                errors.append(exc)
+
+        senders = [
+            threading.Thread(target=send, args=("direct", 0)),
+            threading.Thread(target=send, args=("parked", None)),
+        ]
+        for thread in senders:
+            thread.start()
+        answers = 0
+        deadline = time.monotonic() + 3
+        try:
+            while time.monotonic() < deadline:
+                for event in (("direct", 0, 10**9), ("parked", -1, 10**9), ("direct", 0, 0)):
+                    agent.delivery(event)
+                    answers += 1
+        finally:
+            stop.set()
+            for thread in senders:
+                thread.join()
+        assert not errors and answers > 100
+        rows = {row["topic"]: row for row in agent.status()}
+        assert rows["direct"]["dropped"] > 100 and rows["parked"]["dropped"] > 100
+        direct = agent.sender_callbacks("direct", 0)
+        parked = agent._parked["parked"].callbacks
+        assert direct is not None
+        for held, row in ((direct, rows["direct"]), (parked, rows["parked"])):
+            # Only the undelivered events' callbacks are held.
+            assert len(held) == row["depth"] > 0
 
 
 def test_socket_round_trip_sync_async_and_status(

@@ -272,6 +272,15 @@ def test_delivery_queries_take_ids_in_any_form_and_refuse_impossible_ones(tmp_pa
                         EventId("t", 0, 2**64),
                         "t/0/-1",
                         "t/0",
+                        # int() takes these; they are not the text of any id.
+                        "t/0/1_0",
+                        "t/+0/0",
+                        "t/-0/0",
+                        "t/00/0",
+                        "t/0/00",
+                        "t/0/\u0660",
+                        "t/0/0\n",
+                        "a/t/0/0",
                         ("t", 0),
                         42,
                     ):

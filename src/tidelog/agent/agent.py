@@ -82,6 +82,11 @@ def _check_explicit_partition(topic: str, partition: int) -> None:
         )
 
 
+# str(EventId): the topic (no "/" in a topic name), the partition (-1 for a parked event)
+# and the number, in ASCII digits without a sign or leading zeros.
+_EVENT_ID_TEXT = re.compile(r"([^/]*)/(-1|0|[1-9][0-9]*)/(0|[1-9][0-9]*)", re.ASCII)
+
+
 class EventId(NamedTuple):
     """Where an event sits in the agent: its queue and its entry number there."""
 
@@ -94,12 +99,15 @@ class EventId(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> EventId:
-        topic, _, rest = text.rpartition("/")
-        topic, _, partition = topic.rpartition("/")
+        """The id whose ``str()`` is ``text``, exactly: no sign, space, underscore, leading
+        zero or non-ASCII digit (``int()`` would take them and answer for another event)."""
+        match = _EVENT_ID_TEXT.fullmatch(text)
         try:
-            return cls.of((topic, int(partition), int(rest)))
-        except (ValueError, AgentError):
-            raise AgentError(f"{text!r} is not an event id (topic/partition/number)") from None
+            if match is None:
+                raise AgentError(text)
+            return cls.of((match[1], int(match[2]), int(match[3])))
+        except AgentError:
+            raise AgentError(f"{text!r:.200} is not an event id (topic/partition/number)") from None
 
     @classmethod
     def of(cls, value: object) -> EventId:
@@ -368,16 +376,16 @@ class Agent:
             if known is None or (count, topic_id) != (known.count, known.topic_id):
                 self._save_topics()
 
-    async def refresh_topic(self, topic: str) -> ErrorCode | None:
-        """Ask for ``topic``'s metadata; the error the cluster gave for it, if any (None when
-        the cluster could not be asked)."""
+    async def refresh_topic(self, topic: str) -> ErrorCode | ClientError:
+        """Ask for ``topic``'s metadata; the error the cluster gave for it (NONE if none), or
+        why the cluster could not be asked."""
         try:
             errors = await self.cluster.refresh(
                 [topic], allow_auto_create=self.config["allow.auto.create.topics"]
             )
         except ClientError as exc:
             _log.debug("metadata refresh failed: %s", exc)
-            return None
+            return exc
         self._learn(topic)
         return errors.get(topic, ErrorCode.NONE)
 
@@ -396,18 +404,19 @@ class Agent:
             for topic in topics:
                 self._learn(topic)
 
-    def refresh_topic_sync(self, topic: str) -> ErrorCode | None:
-        """Ask for ``topic``'s metadata from another thread (the parked queues' movers);
-        the error the cluster gave for it, if any."""
+    def refresh_topic_sync(self, topic: str) -> ErrorCode | Exception | None:
+        """Ask for ``topic``'s metadata from another thread (the parked queues' movers):
+        the error the cluster gave for it (NONE if none), why the cluster could not be
+        asked, or None when the agent is closing."""
         if self._closed:
             return None
         try:
-            error: ErrorCode | None = self._call(
+            answer: ErrorCode | ClientError = self._call(
                 self.refresh_topic(topic), timeout=self.config["request.timeout.ms"] / 1000
             )
-        except Exception:
-            return None
-        return error
+        except Exception as exc:
+            return exc
+        return answer
 
     def known_partitions(self, topic: str) -> _Partitions | None:
         return self._topics.get(topic)
@@ -703,23 +712,23 @@ class Agent:
         return queue.append(bodies, numbered=numbered)
 
     def run_callbacks(self, sender: Sender, first: int, count: int, base_offset: int) -> None:
+        """The callbacks of the delivered entries ``[first, first + count)`` of ``sender``'s
+        queue (``base_offset`` that of the first, -1 when unknown): each event's own, then
+        the agent-wide one. Whatever a callback raises is logged, ``SystemExit`` included:
+        it runs on the agent's thread, where it would end delivery for every queue."""
+        hook = self.on_delivery
+        own = sender.callbacks
+        if hook is None and not own:
+            return
         for n in range(first, first + count):
-            callback = sender.callbacks.pop(n, None)
-            if callback is not None:
-                try:
-                    callback(
-                        EventId(sender.topic, sender.partition, n),
-                        base_offset + n - first if base_offset >= 0 else -1,
-                    )
-                except Exception:
-                    _log.exception("a delivery callback failed")
-        if self.on_delivery is not None:
-            for n in range(first, first + count):
-                with contextlib.suppress(Exception):
-                    self.on_delivery(
-                        EventId(sender.topic, sender.partition, n),
-                        base_offset + n - first if base_offset >= 0 else -1,
-                    )
+            event = EventId(sender.topic, sender.partition, n)
+            offset = base_offset + n - first if base_offset >= 0 else -1
+            for callback in (own.pop(n, None), hook):
+                if callback is not None:
+                    try:
+                        callback(event, offset)
+                    except BaseException:
+                        _log.exception("a delivery callback failed")
 
     # ------------------------------------------------------------------ queries
 

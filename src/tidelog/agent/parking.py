@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import os
 import struct
@@ -78,6 +79,7 @@ from crc32c import crc32c
 from tidelog.agent.errors import AgentError, QueueFullError
 from tidelog.agent.event import FIXED_SIZE
 from tidelog.agent.queue import ENTRY_SIZE, DiskQueue, Entry, QueueSealed, append_whole
+from tidelog.agent.sender import forget_callbacks
 from tidelog.protocol import ErrorCode
 
 if TYPE_CHECKING:
@@ -301,6 +303,8 @@ class ParkedTopic:
         self.callbacks: dict[int, Callable[[Any, int], None]] = {}
         self._wake = threading.Event()
         self.queue.on_durable = self._wake.set
+        # Parked entries dropped or skipped as damaged never move: their callbacks go.
+        self.queue.on_dropped = functools.partial(forget_callbacks, self.callbacks)
         self._closed = False
         self._thread: threading.Thread | None = None
         self.last_error = ""
@@ -382,10 +386,13 @@ class ParkedTopic:
             backoff = backoff_min
             self.last_error = ""
 
-    def _note_answer(self, answer: ErrorCode | None) -> None:
+    def _note_answer(self, answer: ErrorCode | Exception | None) -> None:
         """What the status shows while the topic is unknown: the cluster's own answer when
         it is not just "not there yet" (e.g. a name it refuses, which no wait will change:
-        logged once per answer, the events stay parked)."""
+        logged once per answer, the events stay parked), or why it could not be asked."""
+        if isinstance(answer, Exception):
+            self.last_error = f"cannot reach the cluster: {str(answer) or type(answer).__name__}"
+            return
         if answer is None or answer in _NOT_THERE_YET:
             self.last_error = "the cluster does not know the topic yet"
             return
@@ -449,8 +456,6 @@ class ParkedTopic:
         # Recorded before anything after them is placed: an attempt after a crash starts
         # past them in their groups and would not see them again.
         for first, end in _runs(sorted(lost)):
-            for i in range(first, end):
-                self.callbacks.pop(plan.n0 + i, None)  # never delivered: no callback
             self.queue.record_damage(plan.n0 + first, plan.n0 + end)
         for partition, group, queue, have in todo:
             k = have
@@ -539,9 +544,8 @@ class ParkedTopic:
 
     def state_of(self, number: int) -> tuple[str, tuple[int, int] | None]:
         """("pending" | "dropped" | "unknown", None) or ("moved", (partition, number))."""
-        for first, end in self.queue.dropped_ranges:
-            if first <= number < end:
-                return "dropped", None
+        if self.queue.was_dropped(number):
+            return "dropped", None
         moved_n = self.queue.cursor.read_n
         if number >= moved_n:
             return ("pending" if number < self.queue.durable_n else "unknown"), None

@@ -460,6 +460,9 @@ class DiskQueue:
         self._closed = False
         self.in_flight_end: tuple[int, int] | None = None
         self.on_durable: Callable[[], None] | None = None
+        # Called (under the queue's lock, on whichever thread drops) with each range of
+        # entries recorded as dropped: they will never be delivered.
+        self.on_dropped: Callable[[int, int], None] | None = None
         self.on_space: Callable[[], None] | None = None
         # Counters for the status report.
         self.appended = 0
@@ -1415,6 +1418,8 @@ class DiskQueue:
                 raise
             self._write_dropped_locked(first, end)
         self.dropped_ranges.append((first, end))
+        if self.on_dropped is not None:
+            self.on_dropped(first, end)
 
     def _write_dropped_locked(self, first: int, end: int) -> None:
         path = self.directory / DROPPED_RANGES
@@ -1540,6 +1545,14 @@ class DiskQueue:
                 self._sync_dir()
             except OSError as exc:
                 _log.warning("%s: offset index not reopened: %s", self.directory, exc)
+
+    def was_dropped(self, number: int) -> bool:
+        """Whether entry ``number`` is in a dropped range kept (drop-oldest, damage skipped,
+        a refusal). Safe from any thread: the ranges grow under the lock while sending
+        threads drop, so they are copied under it."""
+        with self._lock:
+            ranges = tuple(self.dropped_ranges)
+        return any(first <= number < end for first, end in ranges)
 
     def delivered_offset(self, number: int) -> int | None:
         """The offset of delivered entry ``number`` from the index (-1: delivered, offset

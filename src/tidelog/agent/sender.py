@@ -113,6 +113,22 @@ class _Batch:
     repeat: bool = False
 
 
+def forget_callbacks(callbacks: dict[int, Any], first: int, end: int) -> None:
+    """Forget the callbacks of entries ``[first, end)``, which will never be delivered
+    (dropped, skipped as damaged, refused), whichever is shorter to walk: the range or the
+    callbacks held. ``list(callbacks)`` copies the keys in one step, while sending threads
+    may add callbacks of new entries."""
+    if not callbacks or end <= first:
+        return
+    if end - first <= len(callbacks):
+        for n in range(first, end):
+            callbacks.pop(n, None)
+    else:
+        for n in list(callbacks):
+            if first <= n < end:
+                callbacks.pop(n, None)
+
+
 class Sender:
     """Delivers the entries of one queue to the leader of its partition."""
 
@@ -152,6 +168,8 @@ class Sender:
         self.task: asyncio.Task[None] | None = None
         self.closed = False
         self.callbacks: dict[int, Any] = {}
+        # Entries dropped, skipped as damaged or refused never reach run_callbacks.
+        queue.on_dropped = functools.partial(forget_callbacks, self.callbacks)
         # Counters for the status report.
         self.delivered = 0
         self.batches = 0
@@ -241,12 +259,14 @@ class Sender:
 
     async def _next_batch(self) -> bool:
         while True:
-            c = self.queue.cursor
-            if c.skip_n > self.n:
+            # (Read under the queue's lock: a drop on a sending thread sets the position
+            # and the number of the skip one after the other.)
+            skip_pos, skip_n = self.queue.start_of_next_read()
+            if skip_n > self.n:
                 # Entries were dropped (drop-oldest) or skipped as damaged: move the read
                 # position first, so that a batch in flight always starts at the persisted
                 # read position.
-                await self._commit(c.skip_pos, c.skip_n, self.next_seq)
+                await self._commit(skip_pos, skip_n, self.next_seq)
             entries = self.queue.read(self.pos, self.n, self.batch_size)
             if not entries:
                 return False
@@ -451,9 +471,8 @@ class Sender:
             getattr(answer, "error_message", None) or "",
         )
         self.rejected += skip
-        for n in range(batch.first_n, end_n):
-            # Not delivered, never will be: no callback (a query answers "dropped").
-            self.callbacks.pop(n, None)
+        # Not delivered, never will be: recorded as dropped (a query answers so), which
+        # forgets their callbacks.
         # No sequence was used: the next event sent gets the refused one's.
         await self._commit(end_pos, end_n, self.next_seq, refused=(batch.first_n, end_n))
         self.max_count = None
@@ -478,8 +497,7 @@ class Sender:
             self.split_batches_left -= 1
         else:
             self.split_count = None
-        if self.callbacks:
-            self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
+        self.agent.run_callbacks(self, batch.first_n, batch.count, base_offset)
 
     # ------------------------------------------------------------------ producer id
 
@@ -603,17 +621,15 @@ class Sender:
         await self._commit(
             target_pos, target_n, (next_seq + held) % SEQ_MOD, (n, held, -1), refused=lost
         )
-        if self.callbacks:
-            self.agent.run_callbacks(self, n, held, -1)
+        self.agent.run_callbacks(self, n, held, -1)
         return held
 
     # ------------------------------------------------------------------ queries
 
     def offset_of(self, number: int) -> tuple[str, int]:
         """("pending" | "delivered" | "unknown", offset or -1) of entry ``number``."""
-        for first, end in self.queue.dropped_ranges:
-            if first <= number < end:
-                return "dropped", -1
+        if self.queue.was_dropped(number):
+            return "dropped", -1
         # The queue's cursor moves (under its lock, with the offset index) before this
         # sender's own read position catches up on the loop.
         if number >= max(self.n, self.queue.cursor.read_n):

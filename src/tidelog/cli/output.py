@@ -27,16 +27,27 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_pairs(items: Iterable[str], what: str = "--config") -> dict[str, str]:
-    """``["a=1", "b=2,c=3"]`` -> {"a": "1", "b": "2", "c": "3"}."""
+    """``["a=1", "b=2,c=3", "d=x,y"]`` -> {"a": "1", "b": "2", "c": "3", "d": "x,y"}.
+
+    Several pairs may share one flag, comma-separated; a part without ``=`` continues the
+    value before it, so list values (``bootstrap.servers=h1:9092,h2:9092``,
+    ``cleanup.policy=compact,delete``) need no quoting, as with Kafka's tools."""
     out: dict[str, str] = {}
     for item in items:
+        name = ""
         for part in item.split(","):
             if not part.strip():
                 continue
-            name, sep, value = part.partition("=")
-            if not sep or not name.strip():
+            key, sep, value = part.partition("=")
+            if not sep:
+                if not name:
+                    raise UsageError(f"{what} {part!r}: expected key=value")
+                out[name] += "," + part
+                continue
+            if not key.strip():
                 raise UsageError(f"{what} {part!r}: expected key=value")
-            out[name.strip()] = value
+            name = key.strip()
+            out[name] = value
     return out
 
 

@@ -18,6 +18,20 @@ def test_parse_pairs() -> None:
     assert parse_pairs(["a=1,b=2", "c=x=y"]) == {"a": "1", "b": "2", "c": "x=y"}
     with pytest.raises(UsageError, match="expected key=value"):
         parse_pairs(["novalue"])
+    with pytest.raises(UsageError, match="expected key=value"):
+        parse_pairs(["=1"])
+
+
+def test_parse_pairs_keeps_list_values_whole() -> None:
+    """Kafka's list values hold commas: a part without "=" continues the value before it."""
+    assert parse_pairs(["bootstrap.servers=h1:9092,h2:9092,h3:9092"]) == {
+        "bootstrap.servers": "h1:9092,h2:9092,h3:9092"
+    }
+    assert parse_pairs(["cleanup.policy=compact,delete,retention.ms=1000"]) == {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": "1000",
+    }
+    assert parse_pairs(["a=1,"]) == {"a": "1"}
 
 
 def test_parse_time() -> None:
