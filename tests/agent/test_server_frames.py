@@ -3,6 +3,7 @@ order, with SENDs of one topic and partition stored together and bad frames refu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from tidelog.agent.wire import (
 
 class RecordingAgent:
     def __init__(self) -> None:
-        self.config = {"max.request.size": 1000}
+        self.config = {"max.request.size": 1000, "partitioner.ignore.keys": False}
         self.stored: list[tuple[str, int | None, list[tuple[bytes | None, bytes]]]] = []
         self.next = 0
 
@@ -154,3 +155,74 @@ def test_a_negative_timestamp_is_refused(tmp_path: Path) -> None:
     assert [(r, status) for r, status, _ in got] == [(1, BAD_REQUEST), (2, OK)]
     assert b"timestamp must be epoch milliseconds from 0" in got[0][2]
     assert [len(items) for _, _, items in agent.stored] == [1]
+
+
+def test_sends_alternating_partitions_are_stored_in_one_call_per_partition(
+    tmp_path: Path,
+) -> None:
+    """One call of the agent (one group commit) per topic and explicit partition, however
+    the SENDs alternate, each partition's events in the order sent; SENDs without a
+    partition keep the calls they had as runs (the agent makes one sticky choice per call
+    for the events without a key) and are never reordered against an explicit partition of
+    their topic; a STATUS is answered after the SENDs before it are stored; the answers
+    come in request order."""
+    agent = RecordingAgent()
+    server = AgentServer(agent, tmp_path / "unused.sock")  # type: ignore[arg-type]
+
+    def event(request_id: int, topic: str, partition: int, key: bytes | None) -> bytes:
+        return send(request_id, topic, partition, encode_body(key, b"%d" % request_id, None, 0))
+
+    chunk = b"".join(
+        [
+            event(1, "a", 0, None),
+            event(2, "a", 1, None),
+            event(3, "a", 0, None),
+            event(4, "b", -1, b"k"),  # keyed, no partition: placed by its key's hash
+            event(5, "a", 1, None),
+            event(6, "b", -1, b"j"),  # keyed too: joins 4 (the same partitions either way)
+            event(7, "b", -1, None),  # follows 6 directly: the same call as before
+            event(8, "a", 0, None),
+            event(9, "b", -1, None),  # after another SEND, without a key: a call of its own
+            event(10, "a", -1, None),  # ends the groups of a's explicit partitions...
+            event(11, "a", 0, None),  # ... and an explicit partition ends a's run: a new one
+            send(12, "a", 1, b"\x00\x00\x00"),  # too short for a body: refused alone
+            event(13, "a", 1, None),
+            encode_request(OP_STATUS, 14, b""),
+            event(15, "a", 0, None),
+        ]
+    )
+    replies: list[bytes] = []
+    assert server._handle(bytearray(chunk), replies) == len(chunk)
+    got = answers(b"".join(replies))
+    assert [r for r, _, _ in got] == list(range(1, 16))
+    assert [r for r, status, _ in got if status != OK] == [12]
+    stored = [
+        (t, p, [int(decode_body(b)[2] or b"") for _, b in items]) for t, p, items in agent.stored
+    ]
+    assert stored == [
+        ("a", 0, [1, 3, 8]),
+        ("a", 1, [2, 5]),
+        ("b", None, [4, 6, 7]),
+        ("b", None, [9]),
+        ("a", None, [10]),
+        ("a", 0, [11]),
+        ("a", 1, [13]),
+        ("a", 0, [15]),
+    ]
+    # The STATUS saw the 12 events before it stored.
+    assert json.loads(got[13][2]) == {"queues": [{"depth": 12}]}
+    # Each SEND is answered with the id of its own event.
+    numbers = {r: SEND_ACK.unpack(p)[1] for r, s, p in got if s == OK and r != 14}
+    order = [r for _, _, requests in stored for r in requests]
+    assert [numbers[r] for r in order] == list(range(13))
+
+    # Keys ignored by the partitioner: keyed events are placed by the sticky choice too.
+    agent.config["partitioner.ignore.keys"] = True
+    agent.stored.clear()
+    chunk = event(1, "b", -1, b"k") + event(2, "a", 0, None) + event(3, "b", -1, b"j")
+    assert server._handle(bytearray(chunk), []) == len(chunk)
+    assert [(t, p, len(items)) for t, p, items in agent.stored] == [
+        ("b", None, 1),
+        ("a", 0, 1),
+        ("b", None, 1),
+    ]

@@ -19,19 +19,24 @@ from tidelog.agent import (
     Agent,
     AgentClient,
     AgentClosedError,
+    AgentError,
     AgentServer,
+    EventId,
     EventTooLargeError,
     QueueFullError,
 )
-from tidelog.agent.event import encode_body
+from tidelog.agent.event import decode_body, encode_body
 from tidelog.agent.wire import (
     ERROR,
     MAX_FRAME,
     OK,
+    OP_QUERY,
     OP_SEND,
+    OP_STATUS,
     QUEUE_FULL,
     RESPONSE_HEAD,
     SEND_ACK,
+    encode_number,
     encode_request,
     encode_topic_partition,
 )
@@ -222,3 +227,64 @@ def test_errors_reach_the_client_as_the_agents_own_exceptions(tmp_path: Path) ->
     finally:
         server.stop()
         agent.close()
+
+
+def test_pipelined_sends_alternating_partitions_share_group_commits(
+    daemon: tuple[Agent, AgentServer],
+) -> None:
+    """300 SENDs in one write, round robin over 3 explicit partitions, then a STATUS: a
+    group commit per partition per read of the daemon, not one per event (as when every
+    change of partition stored the events before it); each partition's events are stored
+    in the order sent; the STATUS, answered last, counts them all."""
+    agent, server = daemon
+    sends = [send_frame(i, "t", i % 3, b"%d" % i) for i in range(300)]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(server.path))
+        sock.sendall(b"".join(sends) + encode_request(OP_STATUS, 300, b""))
+        got = read_answers(sock, 301)
+    assert [(r, status) for r, status, _ in got] == [(r, OK) for r in range(301)]
+    assert [SEND_ACK.unpack(ack) for _, _, ack in got[:300]] == [
+        (i % 3, i // 3) for i in range(300)
+    ]
+    queues = [q for q in json.loads(got[300][2])["queues"] if q["topic"] == "t"]
+    assert [(q["partition"], q["appended"]) for q in queues] == [(0, 100), (1, 100), (2, 100)]
+    # 3 per read: the write is taken by a read or a few, never by 100.
+    fsyncs = sum(q["fsyncs"] for q in agent.status() if q["topic"] == "t")
+    assert 3 <= fsyncs <= 15
+    for p in range(3):
+        queue = agent.queue_for("t", p)
+        entries = queue.read(*queue.start_of_next_read(), 1 << 20)
+        keys = [decode_body(e.body)[1] for e in entries]
+        assert keys == [b"%d" % i for i in range(p, 300, 3)]
+
+
+def test_a_query_the_agent_fails_to_answer_is_answered_with_an_error(
+    daemon: tuple[Agent, AgentServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The agent's delivery lookup raising what it never should (a race elsewhere): that
+    QUERY alone is answered ERROR with the reason, and logged; the requests pipelined
+    around it on the connection are answered, and the connection serves on."""
+    agent, server = daemon
+
+    def broken(event: object) -> object:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    monkeypatch.setattr(agent, "delivery", broken)
+    query = encode_request(OP_QUERY, 2, encode_topic_partition("t", 0) + encode_number(0))
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(server.path))
+        sock.sendall(send_frame(1, "t", 0, None) + query + send_frame(3, "t", 0, None))
+        got = read_answers(sock, 3)
+        assert [(r, status) for r, status, _ in got] == [(1, OK), (2, ERROR), (3, OK)]
+        assert b"t/0/0" in got[1][2] and b"dictionary changed size" in got[1][2]
+        sock.sendall(encode_request(OP_STATUS, 4, b"") + send_frame(5, "t", 0, None))
+        assert [(r, status) for r, status, _ in read_answers(sock, 2)] == [(4, OK), (5, OK)]
+    assert any(r.exc_info is not None and "t/0/0" in r.getMessage() for r in caplog.records), (
+        caplog.records
+    )
+    with AgentClient(server.path) as client:
+        with pytest.raises(AgentError, match="dictionary changed size"):
+            client.delivery(EventId("t", 0, 0))
+        assert client.send("t", b"after", partition=0).number == 3

@@ -4,10 +4,12 @@ One thread per connection, with blocking reads and writes, apart from the agent'
 (where the senders deliver to the cluster): an acknowledgement never waits behind delivery
 work, and a lone client's SEND costs one read, one group commit on the connection's own
 thread (see :mod:`tidelog.agent.queue`) and one write. Every chunk read from a connection is
-cut into frames; consecutive SENDs of one topic and partition choice are stored together
-with one group commit, and all answers to a chunk go out in one write. Frames are processed
-in the order they arrive, so one client's events for a partition are queued in the order it
-sent them, and its answers come back in request order.
+cut into frames; its SENDs are stored with one call of the agent (one group commit) per
+topic and partition, however they alternate (see :class:`_Groups`), and all answers to a
+chunk go out in one write, in request order. One client's events for a partition are queued
+in the order it sent them, and a QUERY or STATUS is answered after the SENDs before it are
+stored. A request the agent fails to answer is answered with the error, and the connection
+goes on; only a frame of impossible size closes it.
 
 Applications on the host hold a few long-lived connections, so a thread each is cheap;
 while a connection's thread waits for a group commit, the client's further requests wait in
@@ -242,14 +244,19 @@ class AgentServer:
         None for a frame of impossible size (the connection is closed).
 
         One pass over the frames, with no slice per frame but the event body: a SEND whose
-        topic and partition bytes are those of the SEND before is not parsed again.
-        Consecutive SENDs of one topic and partition choice go to the agent together.
+        topic and partition bytes are those of the SEND before is not parsed again. The
+        SENDs are gathered into groups, each stored with one call of the agent (one group
+        commit): all SENDs of one topic to one explicit partition, however they alternate
+        with other partitions and topics; SENDs of a topic without a partition keep the
+        calls they had one after the other (see :class:`_Groups`). The groups are stored
+        before a request of another kind is answered, and at the end of the chunk; the
+        answers are put in request order.
         """
         view = memoryview(data)
         available = len(data)
         max_body = self.agent.config["max.request.size"]
-        group: list[tuple[int, bytes | None, memoryview]] = []
-        group_key: tuple[str, int] | None = None
+        groups = _Groups(self.agent.config["partitioner.ignore.keys"])
+        answers: list[bytes] = []  # one per request, in request order; b"" until stored
         send_key: tuple[str, int] = ("", 0)
         prefix = b""  # the raw topic and partition of the last SEND parsed
         pos = 0
@@ -257,6 +264,8 @@ class AgentServer:
             (size,) = _SIZE.unpack_from(data, pos)
             if size < 5 or size > MAX_FRAME:
                 _log.warning("closing a connection that sent a frame of %d bytes", size)
+                self._store_all(groups, answers)
+                replies.extend(answers)
                 return None
             end = pos + 4 + size
             if end > available:
@@ -279,54 +288,56 @@ class AgentServer:
                         )
                     key = check_body_at(data, body_at, end)
                 except (EventFormatError, EventTooLargeError) as exc:
-                    if group_key is not None:  # answers go out in request order
-                        self._store(group_key, group, replies)
-                        group, group_key = [], None
+                    groups.interrupt()
                     status = TOO_LARGE if isinstance(exc, EventTooLargeError) else BAD_REQUEST
-                    replies.append(encode_response(request_id, status, str(exc).encode()))
+                    answers.append(encode_response(request_id, status, str(exc).encode()))
                     continue
-                if group_key is not None and send_key != group_key:
-                    self._store(group_key, group, replies)
-                    group = []
-                group_key = send_key
-                group.append((request_id, key, view[body_at:end]))
+                groups.add(send_key, (request_id, len(answers), key, view[body_at:end]))
+                answers.append(b"")
                 continue
-            if group_key is not None:
-                self._store(group_key, group, replies)
-                group, group_key = [], None
-            payload = view[at:end]
-            if op == OP_QUERY:
-                try:
-                    topic, partition, used = parse_topic_partition(payload)
-                    number = parse_number(payload, used)
-                except EventFormatError as exc:
-                    replies.append(encode_response(request_id, BAD_REQUEST, str(exc).encode()))
-                    continue
-                state, offset, where = self.agent.delivery(EventId(topic, partition, number))
-                answer = QUERY_ANSWER.pack(STATES.index(state), offset, where)
-                replies.append(encode_response(request_id, OK, answer))
-            elif op == OP_STATUS:
-                text = json.dumps({"queues": self.agent.status()})
-                replies.append(encode_response(request_id, OK, text.encode()))
-            else:
-                replies.append(
-                    encode_response(request_id, BAD_REQUEST, f"unknown op {op}".encode())
-                )
-        if group_key is not None:
-            self._store(group_key, group, replies)
+            # Whatever else: answered after the SENDs before it are stored.
+            self._store_all(groups, answers)
+            answers.append(self._answer(op, request_id, view[at:end]))
+        self._store_all(groups, answers)
+        replies.extend(answers)
         return pos
 
-    def _store(
-        self,
-        key: tuple[str, int],
-        group: list[tuple[int, bytes | None, memoryview]],
-        replies: list[bytes],
-    ) -> None:
+    def _answer(self, op: int, request_id: int, payload: memoryview) -> bytes:
+        """The answer to a request other than SEND. Whatever the agent raises while answering
+        it (a race elsewhere included) fails this request alone, with the reason: the
+        connection goes on, and so do the other requests in flight on it."""
+        if op == OP_QUERY:
+            try:
+                topic, partition, used = parse_topic_partition(payload)
+                number = parse_number(payload, used)
+            except EventFormatError as exc:
+                return encode_response(request_id, BAD_REQUEST, str(exc).encode())
+            event = EventId(topic, partition, number)
+            try:
+                state, offset, where = self.agent.delivery(event)
+                answer = QUERY_ANSWER.pack(STATES.index(state), offset, where)
+            except Exception as exc:
+                return _failed(request_id, f"the delivery of {event}", exc)
+            return encode_response(request_id, OK, answer)
+        if op == OP_STATUS:
+            try:
+                text = json.dumps({"queues": self.agent.status()})
+            except Exception as exc:
+                return _failed(request_id, "the status", exc)
+            return encode_response(request_id, OK, text.encode())
+        return encode_response(request_id, BAD_REQUEST, f"unknown op {op}".encode())
+
+    def _store_all(self, groups: _Groups, answers: list[bytes]) -> None:
+        """Store the pending groups in the order they were begun, answering their SENDs."""
+        for key, group in groups.take():
+            self._store(key, group, answers)
+
+    def _store(self, key: tuple[str, int], group: list[_Send], answers: list[bytes]) -> None:
         topic, partition = key
         try:
             # The bodies are copied into the queue's buffer before store() returns.
             ids = self.agent.store(
-                topic, None if partition < 0 else partition, [(k, body) for _, k, body in group]
+                topic, None if partition < 0 else partition, [(k, b) for _, _, k, b in group]
             )
         except Exception as exc:
             status = _status_of(exc)
@@ -336,23 +347,104 @@ class AgentServer:
             # The group mixes independent requests: those whose events a queue stored
             # before another queue failed are answered as stored.
             stored = getattr(exc, "stored", None) or [None] * len(group)
-            for (r, _, _), e in zip(group, stored, strict=True):
+            for (r, slot, _, _), e in zip(group, stored, strict=True):
                 if isinstance(e, EventId):
-                    replies.append(encode_send_ok(r, e.partition, e.number))
+                    answers[slot] = encode_send_ok(r, e.partition, e.number)
                 else:
-                    replies.append(encode_response(r, status, message))
+                    answers[slot] = encode_response(r, status, message)
             return
-        replies.extend(
-            [
-                encode_send_ok(r, e.partition, e.number)
-                for (r, _, _), e in zip(group, ids, strict=True)
-            ]
-        )
+        for (r, slot, _, _), e in zip(group, ids, strict=True):
+            answers[slot] = encode_send_ok(r, e.partition, e.number)
+
+
+# A SEND waiting to be stored: request id, its answer's index, record key, record body.
+_Send = tuple[int, int, bytes | None, memoryview]
+
+
+class _Groups:
+    """The SENDs of one chunk, gathered into the groups the server stores them in.
+
+    The agent stores a list of events of one topic with one group commit per partition
+    queue, so a chunk costs a commit per group, not per change of partition between
+    consecutive SENDs. What the grouping keeps:
+
+    * Events of one partition are stored in the order they were sent: a group only ever
+      takes SENDs of one (topic, partition choice), appended in order, and the groups are
+      stored in the order they were begun.
+    * A SEND without a partition may land in any partition of its topic, so it is not
+      reordered against SENDs of that topic with an explicit one: either kind ends the
+      topic's open groups of the other kind, and what comes after goes into new groups.
+    * Events without a partition get the partitions they got when each run of them was
+      stored by a call of its own: the agent makes one sticky choice per call for the
+      events without a key. A SEND joins its topic's group when it follows it directly, or
+      when it has a key and so far the group has only events with keys (placed by their
+      hash alone: one call for more of them places each the same).
+    """
+
+    __slots__ = ("_explicit", "_ignore_keys", "_last", "_order", "_unassigned")
+
+    def __init__(self, ignore_keys: bool) -> None:
+        self._ignore_keys = ignore_keys
+        self._order: list[tuple[tuple[str, int], list[_Send]]] = []
+        # The groups SENDs may still join: per topic, by explicit partition...
+        self._explicit: dict[str, dict[int, list[_Send]]] = {}
+        # ... and the topic's group without a partition, with whether it is keyed only.
+        self._unassigned: dict[str, tuple[list[_Send], bool]] = {}
+        self._last: list[_Send] | None = None  # the group of the frame before
+
+    def add(self, key: tuple[str, int], send: _Send) -> None:
+        topic, partition = key
+        if partition >= 0:
+            self._unassigned.pop(topic, None)
+            by_partition = self._explicit.setdefault(topic, {})
+            group = by_partition.get(partition)
+            if group is None:
+                group = by_partition[partition] = self._begin(key)
+        else:
+            keyed = send[2] is not None and not self._ignore_keys
+            open_group = self._unassigned.get(topic)
+            if open_group is not None and (
+                open_group[0] is self._last or (open_group[1] and keyed)
+            ):
+                group = open_group[0]
+                if not keyed and open_group[1]:
+                    self._unassigned[topic] = (group, False)
+            else:
+                self._explicit.pop(topic, None)
+                group = self._begin(key)
+                self._unassigned[topic] = (group, keyed)
+        group.append(send)
+        self._last = group
+
+    def interrupt(self) -> None:
+        """A frame that is not a stored SEND: a run without a partition ends here."""
+        self._last = None
+
+    def take(self) -> list[tuple[tuple[str, int], list[_Send]]]:
+        """The groups to store, in order; a new set begins."""
+        order = self._order
+        self._order = []
+        self._explicit.clear()
+        self._unassigned.clear()
+        self._last = None
+        return order
+
+    def _begin(self, key: tuple[str, int]) -> list[_Send]:
+        group: list[_Send] = []
+        self._order.append((key, group))
+        return group
+
+
+def _failed(request_id: int, what: str, error: Exception) -> bytes:
+    """The answer to a QUERY or STATUS the agent failed to answer with ``error``."""
+    if not isinstance(error, AgentError):
+        _log.exception("answering %s failed", what)
+    return encode_response(request_id, _status_of(error), f"cannot tell {what}: {error}".encode())
 
 
 def _status_of(error: Exception) -> int:
-    """The status answering a SEND the agent failed to store with ``error``: the client
-    raises the same exception type from it."""
+    """The status answering a request the agent failed with ``error``: the client raises
+    the same exception type from it."""
     if isinstance(error, QueueFullError):
         return QUEUE_FULL
     if isinstance(error, EventTooLargeError):
