@@ -4,6 +4,7 @@ descriptors, and with large or many pipelined requests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import socket
@@ -288,3 +289,50 @@ def test_a_query_the_agent_fails_to_answer_is_answered_with_an_error(
         with pytest.raises(AgentError, match="dictionary changed size"):
             client.delivery(EventId("t", 0, 0))
         assert client.send("t", b"after", partition=0).number == 3
+
+
+def test_a_stopping_server_answers_the_requests_it_took(tmp_path: Path) -> None:
+    """A stop in the middle of a pipeline: every event the daemon stored is answered as
+    stored (none fails with the connection, to be sent again by its application), and no
+    request the daemon did not take is stored."""
+    agent, server = start(tmp_path)
+    answered: list[tuple[int, int]] = []
+    written = [0]
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(server.path))
+            sock.settimeout(10)
+
+            def write() -> None:
+                with contextlib.suppress(OSError):
+                    while True:
+                        first = written[0]
+                        frames = [send_frame(first + i, "t", 0, None) for i in range(50)]
+                        sock.sendall(b"".join(frames))
+                        written[0] += 50
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            data = b""
+            stopped = False
+            # Until the end of the stream: the daemon closes once it has answered.
+            while chunk := sock.recv(1 << 16):
+                data += chunk
+                while len(data) >= RESPONSE_HEAD.size:
+                    size, request_id, status = RESPONSE_HEAD.unpack_from(data)
+                    if len(data) < 4 + size:
+                        break
+                    answered.append((request_id, status))
+                    data = data[4 + size :]
+                if len(answered) >= 2000 and not stopped:  # well into the pipeline
+                    stopped = True
+                    threading.Thread(target=server.stop).start()
+            writer.join(10)
+            assert not writer.is_alive()  # its writes fail once the daemon stops reading
+        assert stopped and data == b""
+        assert answered == [(r, OK) for r in range(len(answered))]
+        [row] = agent.status()
+        assert row["appended"] == len(answered) <= written[0]
+    finally:
+        server.stop()
+        agent.close()

@@ -63,6 +63,10 @@ _log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">I")
 
 
+# How long a stopping server lets its connections answer what they had received.
+STOP_GRACE_S = 2.0
+
+
 class AgentServer:
     """Serves one :class:`Agent` on a Unix socket at ``path``."""
 
@@ -158,8 +162,15 @@ class AgentServer:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
-    def stop(self) -> None:
-        """Stop accepting, close every connection; the agent itself stays open."""
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Stop accepting, close every connection; the agent itself stays open.
+
+        Graceful: each connection stops taking requests (its reading side is shut, so the
+        client's next write fails) but answers those it had received, for up to ``grace``
+        seconds: an event stored at a stop is answered as stored, rather than failed with
+        the connection (and sent again by an application that trusts the failure). A
+        connection still busy then (waiting for room in a full queue) is cut.
+        """
         with self._lock:
             self._stopping = True
             connections = list(self._connections.items())
@@ -170,13 +181,20 @@ class AgentServer:
                 listener.shutdown(socket.SHUT_RDWR)
             listener.close()
         for conn, _ in connections:
+            # A blocked recv() returns what was sent before, then the end of the stream.
             with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+                conn.shutdown(socket.SHUT_RD)
         if self._acceptor is not None:
             self._acceptor.join(5)
+        deadline = time.monotonic() + grace
         for _, thread in connections:
-            # A connection blocked on a full queue is released when the agent closes.
-            thread.join(1)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for conn, thread in connections:
+            if thread.is_alive():
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                # A connection blocked on a full queue is released when the agent closes.
+                thread.join(1)
         if listener is not None:  # only the socket this server made
             self._listener = None
             with contextlib.suppress(FileNotFoundError):
