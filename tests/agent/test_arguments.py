@@ -288,3 +288,19 @@ def test_delivery_queries_take_ids_in_any_form_and_refuse_impossible_ones(tmp_pa
                             delivery(wrong)  # type: ignore[arg-type]
         finally:
             server.stop()
+
+
+def test_a_config_file_that_is_not_text_is_named_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "agent.properties"
+    config.write_bytes(b"batch.size=1000\nlinger.ms=\xff\n")
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tidelog", "agent", "--config", str(config)),
+            *("--socket", str(tmp_path / "agent.sock")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"tidelog agent: {config}: not UTF-8 text (byte 26)\n"

@@ -76,7 +76,11 @@ def _run_checked(args: argparse.Namespace) -> int:
 
 def _read_config(path: str) -> dict[str, str]:
     values: dict[str, str] = {}
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    for number, line in enumerate(text.splitlines(), 1):
         text = line.strip()
         if not text or text.startswith(("#", "!")):
             continue
