@@ -11,10 +11,11 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from agent_helpers import wait_for
 from interop_broker import free_port
 
 from tidelog.agent import Agent, AgentClient, AgentServer, EventId
-from tidelog.agent.errors import AgentClosedError
+from tidelog.agent.errors import AgentClosedError, QueueFullError
 from tidelog.agent.event import check_body, decode_body
 from tidelog.agent.wire import (
     OK,
@@ -127,3 +128,129 @@ def test_a_timeout_fails_one_call_and_closing_fails_what_is_left(tmp_path: Path)
         held.result(5)
     with pytest.raises(AgentClosedError):
         client.send("t", b"c", partition=0)
+
+
+class GatedServer:
+    """Accepts one connection and answers every SEND (partition 0, number = request id), but
+    only once :meth:`open` was called: the requests received before in one write, the later
+    ones as they come."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(1)
+        self.received: list[int] = []
+        self._lock = threading.Lock()
+        self._conn: socket.socket | None = None
+        self._open = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        self._conn = conn
+        buffer = b""
+        with conn:
+            while chunk := conn.recv(65536):
+                buffer += chunk
+                while len(buffer) >= 4 and len(buffer) >= 4 + int.from_bytes(buffer[:4], "big"):
+                    _, _, request_id = REQUEST_HEAD.unpack_from(buffer, 0)
+                    buffer = buffer[4 + int.from_bytes(buffer[:4], "big") :]
+                    with self._lock:
+                        self.received.append(request_id)
+                        if self._open:
+                            conn.sendall(
+                                encode_response(request_id, OK, SEND_ACK.pack(0, request_id))
+                            )
+
+    def open(self) -> None:
+        with self._lock:
+            self._open = True
+            assert self._conn is not None
+            self._conn.sendall(
+                b"".join(encode_response(i, OK, SEND_ACK.pack(0, i)) for i in self.received)
+            )
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_written_request_cannot_be_cancelled_and_reading_goes_on(tmp_path: Path) -> None:
+    """cancel() of a submit()/submit_many() future refuses (the request is written: it will
+    be stored whatever the caller does), so the reader setting its answer does not die of it,
+    and the answers read with it (in the same chunk) reach their futures."""
+    server = GatedServer(tmp_path / "s.sock")
+    client = AgentClient(server.path, timeout=5)
+    try:
+        one = client.submit("t", b"a", partition=0)  # request 1
+        many = client.submit_many("t", [(None, b"b"), (None, b"c")], partition=0)  # 2, 3
+        wait_for(lambda: len(server.received) == 3, 10)
+        cancelled = [one.cancel(), many.cancel()]
+        later = client.submit("t", b"d", partition=0)  # 4
+        wait_for(lambda: len(server.received) == 4, 10)
+        server.open()  # the four answers in one write
+        assert later.result(5) == EventId("t", 0, 4)
+        assert one.result(5) == EventId("t", 0, 1)
+        assert many.result(5) == [EventId("t", 0, 2), EventId("t", 0, 3)]
+        assert cancelled == [False, False]
+        assert client.send("t", b"e", partition=0) == EventId("t", 0, 5)
+    finally:
+        client.close()
+        server.close()
+
+
+def test_send_many_refused_in_part_says_which_events_were_stored(tmp_path: Path) -> None:
+    """Under `reject` the daemon stores the events of a send_many up to the queue's budget
+    and refuses the rest, answering each: the error says which were stored, as in-process."""
+    agent = Agent(
+        {
+            "bootstrap.servers": f"127.0.0.1:{free_port()}",
+            "data.dir": str(tmp_path / "a"),
+            "queue.full.policy": "reject",
+            "queue.max.bytes": 307200,
+            "queue.segment.bytes": 65536,
+        }
+    )
+    server = AgentServer(agent, tmp_path / "agent.sock")
+    server.start()
+    try:
+        with AgentClient(tmp_path / "agent.sock") as client:
+            client.send("t", b"first", partition=0)  # a queue not empty: the budget applies
+            events: list[tuple[bytes | None, bytes | None]] = [
+                (None, b"%03d" % i + b"v" * 2000) for i in range(200)
+            ]
+            with pytest.raises(QueueFullError) as caught:
+                client.send_many("t", events, partition=0)
+            stored = caught.value.stored
+            assert stored is not None and len(stored) == 200
+            kept = [event for event in stored if isinstance(event, EventId)]
+            assert 0 < len(kept) < 200 and len(kept) + stored.count(None) == 200
+            assert kept == [EventId("t", 0, n) for n in range(1, len(kept) + 1)]
+            assert client.status()["queues"][0]["appended"] == 1 + len(kept)
+            assert all(client.delivery(event).state == "pending" for event in kept)
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_send_many_cut_off_by_a_lost_connection_says_which_events_were_stored(
+    tmp_path: Path,
+) -> None:
+    server = HoldingServer(tmp_path / "s.sock")
+    client = AgentClient(tmp_path / "s.sock", timeout=5)
+    try:
+        held = client.submit("t", b"hold", partition=0)
+        many = client.submit_many("t", [(None, b"a"), (None, b"hold"), (None, b"b")], partition=0)
+        # Answered in order: once "c" is, "a" and "b" are too.
+        assert client.send("t", b"c", partition=0) == EventId("t", 0, 2)
+    finally:
+        client.close()
+        server.close()
+    error = many.exception(5)
+    assert isinstance(error, AgentClosedError)
+    assert "the client is closed" in str(error)
+    assert error.stored == [EventId("t", 0, 0), None, EventId("t", 0, 1)]
+    # The cause every request of the connection shares is not changed by it.
+    held_error = held.exception(5)
+    assert isinstance(held_error, AgentClosedError)
+    assert held_error.stored is None

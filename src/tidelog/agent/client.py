@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import errno
 import itertools
 import json
@@ -23,7 +24,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from tidelog.agent.agent import Delivery, EventId
@@ -129,28 +130,72 @@ def _decode(kind: int, topic: str, status: int, payload: bytes) -> Any:
         raise AgentError(f"the agent sent a malformed answer: {exc}") from None
 
 
-class _Many:
-    """The answers to one :meth:`AgentClient.submit_many`: one future for all of them."""
+def _settle(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+    """Set ``future`` unless it is done already (a reader never dies of a future it cannot
+    set)."""
+    if future.done():
+        return
+    with contextlib.suppress(InvalidStateError):
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
 
-    __slots__ = ("failed", "future", "remaining", "results", "topic")
+
+class _Many:
+    """The answers to one :meth:`AgentClient.submit_many`: one future for all of them.
+
+    Every event is answered for itself, so the future waits for all the answers: when some
+    failed, it fails with the first error, whose ``stored`` lists the id of each event
+    stored (None for the others) in the order of the call, as in-process
+    :meth:`Agent.send_many <tidelog.agent.Agent.send_many>` says it (None when none was).
+    """
+
+    __slots__ = ("error", "future", "remaining", "results", "topic")
 
     def __init__(self, count: int, topic: str) -> None:
         self.topic = topic
         self.future: Future[list[EventId]] = Future()
+        # Written requests cannot be withdrawn: cancel() says so (returns False).
+        self.future.set_running_or_notify_cancel()
         self.results: list[Any] = [None] * count
         self.remaining = count
-        self.failed = False
+        self.error: AgentError | None = None
 
     def set(self, index: int, value: Any) -> None:
         self.results[index] = value
-        self.remaining -= 1
-        if self.remaining == 0 and not self.failed:
-            self.future.set_result(self.results)
+        self._answered()
 
-    def fail(self, error: BaseException) -> None:
-        if not self.failed:
-            self.failed = True
-            self.future.set_exception(error)
+    def refused(self, index: int, error: AgentError) -> None:
+        if self.error is None:
+            self.error = error
+        self._answered()
+
+    def _answered(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            if self.error is None:
+                _settle(self.future, self.results)
+            else:
+                self._raise(self.error)
+
+    def fail(self, error: AgentError) -> None:
+        """The connection failed: the answers still to come never will. The error says
+        which events are known stored (the others may or may not be)."""
+        if self.future.done():
+            return
+        if self.error is None:
+            # ``error`` fails every request of the connection: this call's gets its own copy.
+            self.error = copy.copy(error) if self._stored() else error
+        self._raise(self.error)
+
+    def _stored(self) -> bool:
+        return any(result is not None for result in self.results)
+
+    def _raise(self, error: AgentError) -> None:
+        if self._stored():
+            error.stored = list(self.results)
+        _settle(self.future, error=error)
 
 
 class AgentClient:
@@ -205,6 +250,8 @@ class AgentClient:
         self, op: int, payload: bytes, topic: str = "", *, waited_for: bool = False
     ) -> Future[Any]:
         future: Future[Any] = Future()
+        # Written requests cannot be withdrawn: cancel() says so (returns False).
+        future.set_running_or_notify_cancel()
         _check_frame(len(payload))
         with self._writing() as broken:
             request_id = next(self._ids) & 0xFFFFFFFF
@@ -478,6 +525,10 @@ class AgentClient:
     def _read_until(self, done: Callable[[], bool], deadline: float | None) -> None:
         """Read and dispatch answers until ``done()`` (the caller is the reader)."""
         try:
+            # Whole frames a reader before this one read but did not dispatch (it was
+            # interrupted) are answered first: recv() would wait for answers already here.
+            if self._dispatch():
+                self._answered()
             while not done() and self._failure is None:
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
@@ -500,35 +551,42 @@ class AgentClient:
         except AgentError as exc:
             self._fail(exc)
 
-    def _dispatch(self) -> None:
+    def _dispatch(self) -> int:
+        """Set the futures of the whole frames in the buffer; how many frames there were.
+        The frames dispatched leave the buffer even if dispatching stops half-way."""
         buffer = self._buffer
         pos = 0
-        while len(buffer) - pos >= 4:
-            (size,) = _SIZE.unpack_from(buffer, pos)
-            if size < 5 or size > MAX_FRAME:
-                raise AgentError(f"the agent sent a frame of {size} bytes")
-            if len(buffer) - pos - 4 < size:
-                break
-            _, request_id, status = RESPONSE_HEAD.unpack_from(buffer, pos)
-            payload = bytes(buffer[pos + RESPONSE_HEAD.size : pos + 4 + size])
-            pos += 4 + size
-            many = self._many.pop(request_id, None)
-            if many is not None:
-                waiter, index = many
+        count = 0
+        try:
+            while len(buffer) - pos >= 4:
+                (size,) = _SIZE.unpack_from(buffer, pos)
+                if size < 5 or size > MAX_FRAME:
+                    raise AgentError(f"the agent sent a frame of {size} bytes")
+                if len(buffer) - pos - 4 < size:
+                    break
+                _, request_id, status = RESPONSE_HEAD.unpack_from(buffer, pos)
+                payload = bytes(buffer[pos + RESPONSE_HEAD.size : pos + 4 + size])
+                pos += 4 + size
+                count += 1
+                many = self._many.pop(request_id, None)
+                if many is not None:
+                    waiter, index = many
+                    try:
+                        waiter.set(index, _decode(OP_SEND, waiter.topic, status, payload))
+                    except AgentError as exc:
+                        waiter.refused(index, exc)
+                    continue
+                entry = self._pending.pop(request_id, None)
+                if entry is None:
+                    continue
+                future, op, topic = entry
                 try:
-                    waiter.set(index, _decode(OP_SEND, waiter.topic, status, payload))
+                    _settle(future, _decode(op, topic, status, payload))
                 except AgentError as exc:
-                    waiter.fail(exc)
-                continue
-            entry = self._pending.pop(request_id, None)
-            if entry is None:
-                continue
-            future, op, topic = entry
-            try:
-                future.set_result(_decode(op, topic, status, payload))
-            except AgentError as exc:
-                future.set_exception(exc)
-        del buffer[:pos]
+                    _settle(future, error=exc)
+        finally:
+            del buffer[:pos]
+        return count
 
     def _fail(self, error: AgentError) -> None:
         with self._write_lock:
@@ -538,8 +596,7 @@ class AgentClient:
             pending, self._pending = self._pending, {}
             waiting, self._many = self._many, {}
         for future, _, _ in pending.values():
-            if not future.done():
-                future.set_exception(error)
+            _settle(future, error=error)
         for waiter, _ in waiting.values():
             waiter.fail(error)
         self._wake_all()
@@ -547,6 +604,10 @@ class AgentClient:
     def close(self) -> None:
         with self._state:
             self._closed = True
+        if self._failure is None:
+            # The cause, set before the shutdown below makes a reader see the end of the
+            # stream (it would say the agent closed the connection).
+            self._failure = AgentClosedError("the client is closed")
         self._wake_all()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -563,38 +624,99 @@ class AgentClient:
 
 
 class AsyncAgentClient:
-    """The asyncio client: ``client = await AsyncAgentClient.connect(path)``."""
+    """The asyncio client: ``client = await AsyncAgentClient.connect(path)``.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    A client serves the event loop it connected on: a request from another loop, or after
+    that loop stopped, raises :class:`AgentClosedError`. ``timeout`` (None: none) bounds the
+    connect and each request (the write and the wait for its answer) with a
+    ``TimeoutError``; as in :class:`AgentClient` only that call gives up, the connection goes
+    on (the request may still be stored).
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         self._reader = reader
         self._writer = writer
+        self.timeout = timeout
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], int, str]] = {}
         self._failure: AgentError | None = None
-        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._read_loop())
 
     @classmethod
-    async def connect(cls, path: str | os.PathLike[str]) -> AsyncAgentClient:
+    async def connect(
+        cls, path: str | os.PathLike[str], *, timeout: float | None = None
+    ) -> AsyncAgentClient:
+        path = os.fspath(path)
         try:
-            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_unix_connection(path)
+        except TimeoutError:
+            raise TimeoutError(f"cannot connect to the agent at {path} in time") from None
         except OSError as exc:
-            raise _connect_error(os.fspath(path), exc) from None
-        return cls(reader, writer)
+            raise _connect_error(path, exc) from None
+        return cls(reader, writer, timeout=timeout)
 
-    def _request(self, op: int, payload: bytes, topic: str = "") -> asyncio.Future[Any]:
+    def _check_loop(self) -> None:
+        if asyncio.get_running_loop() is self._loop:
+            return
+        if self._loop.is_closed():
+            raise AgentClosedError(
+                "the event loop this client connected on is closed (a client serves the "
+                "loop it connected on: connect one per event loop)"
+            )
+        raise AgentClosedError(
+            "the client is used from an event loop other than the one it connected on "
+            "(connect one client per event loop)"
+        )
+
+    def _request(self, op: int, payload: bytes, topic: str) -> tuple[int, asyncio.Future[Any]]:
+        self._check_loop()
         if self._failure is not None:
             raise self._failure
         _check_frame(len(payload))
         request_id = next(self._ids) & 0xFFFFFFFF
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[request_id] = (future, op, topic)
         self._writer.write(encode_request(op, request_id, payload))
-        return future
+        return request_id, future
+
+    async def _call(self, op: int, payload: bytes, topic: str = "") -> Any:
+        """Send one request and wait for its answer (within ``timeout``)."""
+        request_id, future = self._request(op, payload, topic)
+        written = False
+        try:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await self._drain()
+                    written = True
+                    return await future
+            except TimeoutError:
+                if written:
+                    raise TimeoutError("no answer from the agent in time") from None
+                raise TimeoutError("the agent did not take the request in time") from None
+        except BaseException:
+            # Given up (an error, a timeout, a cancellation): the answer, if one comes, is
+            # for nobody, and an error set on the future is never "never retrieved".
+            self._pending.pop(request_id, None)
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()
+            raise
 
     async def _drain(self) -> None:
         try:
             await self._writer.drain()
         except OSError as exc:
+            if self._failure is not None:
+                raise self._failure from None
             raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
 
     async def send(
@@ -607,23 +729,17 @@ class AsyncAgentClient:
         partition: int | None = None,
         timestamp: int | None = None,
     ) -> EventId:
-        future = self._request(
+        result: EventId = await self._call(
             OP_SEND, _send_payload(topic, value, key, headers, partition, timestamp), topic
         )
-        await self._drain()
-        result: EventId = await future
         return result
 
     async def delivery(self, event: EventId | str) -> Delivery:
-        future = self._request(OP_QUERY, _query_payload(event))
-        await self._drain()
-        result: Delivery = await future
+        result: Delivery = await self._call(OP_QUERY, _query_payload(event))
         return result
 
     async def status(self) -> dict[str, Any]:
-        future = self._request(OP_STATUS, b"")
-        await self._drain()
-        result: dict[str, Any] = await future
+        result: dict[str, Any] = await self._call(OP_STATUS, b"")
         return result
 
     async def _read_loop(self) -> None:
@@ -650,16 +766,54 @@ class AsyncAgentClient:
             error = AgentClosedError(f"the connection to the agent ended: {exc}")
         except AgentError as exc:
             error = exc
-        self._failure = error
+        except asyncio.CancelledError:
+            error = AgentClosedError("the client stopped reading (its event loop stopped)")
+            raise
+        finally:
+            # However reading ends, nothing waits for an answer that will never come.
+            self._fail(error)
+
+    def _fail(self, error: AgentError) -> None:
+        """Fail the connection (the first cause stays) and every request waiting on it."""
+        if self._failure is None:
+            self._failure = error
         pending, self._pending = self._pending, {}
         for future, _, _ in pending.values():
             if not future.done():
-                future.set_exception(error)
+                future.set_exception(self._failure)
 
     async def close(self) -> None:
-        self._writer.close()
+        """Close at once, whether or not the agent reads: requests still waiting fail with
+        AgentClosedError("the client is closed") (their events may or may not be stored),
+        and bytes not yet written are dropped."""
+        if asyncio.get_running_loop() is not self._loop:
+            self._close_from_elsewhere()
+            return
+        self._shut()
+        await asyncio.wait([self._task])
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
+
+    def _shut(self) -> None:
+        """Fail what waits, drop the connection and stop reading (on the client's loop)."""
+        self._fail(AgentClosedError("the client is closed"))
+        transport = self._writer.transport
+        if transport.get_write_buffer_size():
+            transport.abort()  # close() would wait for the agent to read it all
+        else:
+            transport.close()
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+
+    def _close_from_elsewhere(self) -> None:
+        if not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._shut)
+                return
+        # The loop is gone, and its reads with it (they failed what waited): the socket
+        # is shut so the agent sees the end (the transport closes it when collected).
+        if self._failure is None:
+            self._failure = AgentClosedError("the client is closed")
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

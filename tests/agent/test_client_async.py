@@ -1,0 +1,167 @@
+"""AsyncAgentClient when things go wrong: used from another event loop or after its own
+closed, closed while the agent does not read or while answers are awaited, a request the
+agent does not answer in time, the connection lost in the middle of a pipeline. Against an
+in-process AgentServer (nothing delivered: the cluster is unreachable) and scripted daemons."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interop_broker import free_port
+from test_client_writes import StalledDaemon, stalled  # noqa: F401 (a fixture)
+
+from tidelog.agent import Agent, AgentClosedError, AgentServer, AsyncAgentClient, EventId
+
+
+def released(daemon: StalledDaemon) -> None:
+    """Let the stalled daemon read: it reads to the end of the connection, which the client
+    closed (and its thread is done with its listener before the fixture closes it)."""
+    daemon.release.set()
+    assert daemon.finished.wait(10)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Path]:
+    """The socket of an AgentServer in this process."""
+    agent = Agent(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "a")}
+    )
+    server = AgentServer(agent, tmp_path / "agent.sock")
+    server.start()
+    try:
+        yield tmp_path / "agent.sock"
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_a_client_used_after_its_event_loop_closed_says_so(served: Path) -> None:
+    async def first() -> AsyncAgentClient:
+        client = await AsyncAgentClient.connect(served)
+        assert await client.send("t", b"a", partition=0) == EventId("t", 0, 0)
+        return client
+
+    client = asyncio.run(first())  # closing the loop ends the client's reads
+
+    async def second() -> None:
+        with pytest.raises(AgentClosedError, match="event loop this client connected on"):
+            await asyncio.wait_for(client.send("t", b"b", partition=0), 5)
+        await asyncio.wait_for(client.close(), 5)
+
+    asyncio.run(second())
+
+
+def test_a_client_used_from_another_event_loop_says_so(served: Path) -> None:
+    async def run() -> None:
+        client = await AsyncAgentClient.connect(served)
+        try:
+
+            async def elsewhere() -> Any:
+                return await asyncio.wait_for(client.send("t", b"b", partition=0), 5)
+
+            def in_thread() -> Any:
+                try:
+                    return asyncio.run(elsewhere())
+                except BaseException as exc:
+                    return exc
+
+            outcome = await asyncio.to_thread(in_thread)
+            assert isinstance(outcome, AgentClosedError), repr(outcome)
+            assert "another" in str(outcome) or "other than" in str(outcome)
+            # The client goes on serving its own loop.
+            assert await client.send("t", b"c", partition=0) == EventId("t", 0, 0)
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_close_returns_while_the_agent_does_not_read(stalled: StalledDaemon) -> None:  # noqa: F811
+    async def run() -> None:
+        client = await AsyncAgentClient.connect(stalled.path)
+        # More than the socket holds: the rest waits in the transport, the send in drain().
+        sending = asyncio.create_task(client.send("t", b"x" * 2_000_000, partition=0))
+        await asyncio.sleep(0)
+        await asyncio.wait_for(client.close(), 5)
+        with pytest.raises(AgentClosedError, match="the client is closed"):
+            await asyncio.wait_for(sending, 5)
+
+    asyncio.run(run())
+    released(stalled)
+
+
+def test_close_fails_what_waits_for_an_answer_and_what_comes_after(
+    stalled: StalledDaemon,  # noqa: F811
+) -> None:
+    async def run() -> None:
+        client = await AsyncAgentClient.connect(stalled.path)
+        waiting = asyncio.create_task(client.send("t", b"x", partition=0))
+        await asyncio.sleep(0)  # written whole; the agent never answers
+        await asyncio.wait_for(client.close(), 5)
+        with pytest.raises(AgentClosedError, match="the client is closed"):
+            await asyncio.wait_for(waiting, 5)
+        with pytest.raises(AgentClosedError, match="the client is closed"):
+            await asyncio.wait_for(client.send("t", b"y", partition=0), 5)
+
+    asyncio.run(run())
+    released(stalled)
+
+
+def test_a_request_not_answered_in_time_raises_timeout(stalled: StalledDaemon) -> None:  # noqa: F811
+    async def run() -> None:
+        client = await AsyncAgentClient.connect(stalled.path, timeout=0.3)
+        try:
+            with pytest.raises(TimeoutError, match="no answer from the agent in time"):
+                await client.send("t", b"x", partition=0)
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+    released(stalled)
+
+
+def test_a_pipeline_cut_off_by_a_lost_connection_leaves_no_error_unretrieved(
+    tmp_path: Path,
+) -> None:
+    """The daemon goes away while sends wait in drain(): each send raises, and no future
+    is left failed with nobody to see it ("Future exception was never retrieved")."""
+    path = tmp_path / "hangup.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1 << 16)  # then hang up, the rest of the pipeline unread
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def run() -> list[str]:
+        reported: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: reported.append(context["message"])
+        )
+        client = await AsyncAgentClient.connect(path)
+        sends = [
+            asyncio.create_task(client.send("t", b"x" * 100_000, partition=0)) for _ in range(50)
+        ]
+        outcomes = await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 10)
+        assert all(isinstance(outcome, AgentClosedError) for outcome in outcomes), outcomes
+        await client.close()
+        del sends, outcomes
+        gc.collect()
+        await asyncio.sleep(0)
+        return reported
+
+    try:
+        assert asyncio.run(run()) == []
+    finally:
+        listener.close()
