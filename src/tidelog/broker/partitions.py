@@ -20,6 +20,11 @@ when a segment rolls (at the new segment's base offset, before the batches that 
 are recorded) and by :meth:`Partition.close` on a clean shutdown. The state follows the
 log: when the log end offset moved without this class (truncation, replication), the
 next call catches up or rebuilds from the snapshots.
+
+Loading, catching up and rebuilding happen at a broker time: the caller's ``now_ms`` when
+it has one, else the log's clock (the broker's clock, injected into the log manager).
+Producers re-read from the log count as updated then, so a restart (or a rebuild) never
+makes a producer expire sooner than it would have without it.
 """
 
 from __future__ import annotations
@@ -76,7 +81,7 @@ class Partition:
         self.leader_epoch = leader_epoch
         self._data_arrived: asyncio.Event | None = None
         self.producers = ProducerStateManager.load(
-            log, producer_id_expiration_ms=producer_id_expiration_ms
+            log, now_ms=log.clock(), producer_id_expiration_ms=producer_id_expiration_ms
         )
         self._active_base = log.active_segment.base_offset
         self._next_expiry_check_ms = -1
@@ -103,9 +108,12 @@ class Partition:
         Batches with a producer id are recorded in the producer state; ``now_ms`` is the
         broker time of the append (for producer expiry). ``keys_checked``: the caller
         already refused keyless records (compacted topics), so the log does not decode
-        the records again (see :meth:`Log.append`).
+        the records again (see :meth:`Log.append`). Without ``now_ms`` the log's clock
+        gives the time.
         """
-        self._follow_log()
+        if now_ms < 0:
+            now_ms = self.log.clock()
+        self._follow_log(now_ms)
         if headers is None:
             headers = [header for _, header in iter_batches(batches, verify_crc=False)]
         info = self.log.append(batches, leader_epoch=self.leader_epoch, keys_checked=keys_checked)
@@ -144,7 +152,7 @@ class Partition:
         Returns the retained batch it duplicates, or None; raises
         :class:`~tidelog.storage.producer_state.ProducerStateError` to refuse it.
         """
-        self._follow_log()
+        self._follow_log(now_ms)
         self.maybe_expire_producers(now_ms)
         return self.producers.check(
             header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
@@ -157,7 +165,7 @@ class Partition:
 
     def active_producers(self, now_ms: int) -> list[ProducerEntry]:
         """The producers the partition holds state for (DescribeProducers), by id."""
-        self._follow_log()
+        self._follow_log(now_ms)
         self.maybe_expire_producers(now_ms)
         return sorted(self.producers.producers.values(), key=lambda e: e.producer_id)
 
@@ -170,29 +178,31 @@ class Partition:
             self._next_expiry_check_ms = now_ms + PRODUCER_EXPIRATION_CHECK_INTERVAL_MS
             producers.expire(now_ms)
 
-    def _follow_log(self) -> None:
+    def _follow_log(self, now_ms: int) -> None:
+        """Bring the producer state to the log end offset; batches it reads from the log
+        count as appended at ``now_ms``."""
         producers = self.producers
         leo = self.log.log_end_offset
         if leo == producers.end_offset:
             return
         if leo > producers.end_offset:
-            producers.catch_up(self.log)
+            producers.catch_up(self.log, now_ms)
         else:
-            producers.truncate(self.log)
+            producers.truncate(self.log, now_ms)
         self._active_base = self.log.active_segment.base_offset
 
     def truncate_to(self, offset: int) -> bool:
         """Truncate the log (see :meth:`Log.truncate_to`) and rebuild the producer state."""
         truncated = self.log.truncate_to(offset)
         if truncated:
-            self.producers.truncate(self.log)
+            self.producers.truncate(self.log, self.log.clock())
             self._active_base = self.log.active_segment.base_offset
             self._wake()
         return truncated
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
-        self.producers.truncate(self.log)
+        self.producers.truncate(self.log, self.log.clock())
         self._active_base = self.log.active_segment.base_offset
         self._wake()
 
@@ -200,7 +210,7 @@ class Partition:
         """Snapshot the producer state (clean shutdown); call before closing the log."""
         if self.log.closed:
             return
-        self._follow_log()
+        self._follow_log(self.log.clock())
         self._snapshot(None)
 
     def _snapshot(self, offset: int | None) -> None:

@@ -538,6 +538,12 @@ class Log:
         return self._cache
 
     @property
+    def clock(self) -> Clock:
+        """The time source the log was opened with (milliseconds), for callers that keep
+        state beside the log and need the same time (the broker's producer state)."""
+        return self._clock
+
+    @property
     def config(self) -> LogConfig:
         return self._config
 

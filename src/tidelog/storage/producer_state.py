@@ -52,6 +52,16 @@ log end offset.
 Expiry: a producer is removed when ``now - max(last_timestamp, last_update_ms) >=
 producer.id.expiration.ms`` (Kafka uses the batch timestamp alone; the broker's own append
 time is added so that producers sending old CreateTime timestamps do not expire at once).
+
+A restart must not make a producer expire sooner than it would have without the restart.
+The log does not record when the broker appended a batch, so a producer whose batches are
+re-read from the log at load (the part after the snapshot, or the whole log when there is
+none, as after a crash) counts as updated at the time of the load: the caller passes that
+time (``now_ms`` of :meth:`ProducerStateManager.load`, :meth:`~ProducerStateManager.reload`,
+:meth:`~ProducerStateManager.catch_up`, :meth:`~ProducerStateManager.truncate`; this module
+reads no clock). A snapshot entry whose ``last_update_ms`` is unknown (-1) is treated the
+same way. ``last_update_ms`` never moves back: :meth:`ProducerEntry.add` keeps the later of
+the old and the new time.
 """
 
 from __future__ import annotations
@@ -161,7 +171,9 @@ class ProducerEntry:
             self.batches.clear()
         self.batches.append(batch)
         self.last_timestamp = batch.timestamp
-        self.last_update_ms = now_ms
+        # Never lowered: replaying a batch at load, or a caller without a time (-1), must
+        # not make the producer look idle for longer than it is.
+        self.last_update_ms = max(self.last_update_ms, now_ms)
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -291,15 +303,22 @@ class ProducerStateManager:
         cls,
         log: Log,
         *,
+        now_ms: int,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         fsync: FsyncFn = os.fsync,
     ) -> ProducerStateManager:
+        """The state of ``log``, loaded at broker time ``now_ms`` (see :meth:`reload`)."""
         state = cls(log.directory, producer_id_expiration_ms=producer_id_expiration_ms, fsync=fsync)
-        state.reload(log)
+        state.reload(log, now_ms)
         return state
 
-    def reload(self, log: Log) -> None:
-        """Rebuild from the newest usable snapshot plus a header scan up to the LEO."""
+    def reload(self, log: Log, now_ms: int) -> None:
+        """Rebuild from the newest usable snapshot plus a header scan up to the LEO.
+
+        ``now_ms`` is the broker time of the load: producers of the scanned batches, and
+        snapshot entries without a known update time, count as updated then (a restart
+        must not make a producer expire sooner than it would have without it).
+        """
         end = log.log_end_offset
         start = log.log_start_offset
         self.producers = {}
@@ -317,16 +336,23 @@ class ProducerStateManager:
                 _log.warning("ignoring producer state snapshot %s: %s", path, exc)
                 path.unlink(missing_ok=True)
                 continue
+            for entry in entries:
+                if entry.last_update_ms < 0:
+                    entry.last_update_ms = now_ms
             self.producers = {entry.producer_id: entry for entry in entries}
             self.end_offset = offset
             break
         self.start_offset = start
         self._evict_below(start)
         self.end_offset = max(self.end_offset, start)
-        self.catch_up(log)
+        self.catch_up(log, now_ms)
 
-    def catch_up(self, log: Log) -> int:
-        """Apply the batches between :attr:`end_offset` and the LEO; the number applied."""
+    def catch_up(self, log: Log, now_ms: int) -> int:
+        """Apply the batches between :attr:`end_offset` and the LEO; the number applied.
+
+        The log does not keep append times: the producers of these batches count as
+        updated at ``now_ms``, the broker time of the call.
+        """
         end = log.log_end_offset
         if self.end_offset >= end:
             return 0
@@ -334,7 +360,7 @@ class ProducerStateManager:
         for header in scan_headers(log, self.end_offset):
             if header.last_offset < self.end_offset:
                 continue
-            self.apply_header(header, -1)
+            self.apply_header(header, now_ms)
             applied += 1
         self.end_offset = max(self.end_offset, end)
         return applied
@@ -458,6 +484,7 @@ class ProducerStateManager:
             old.unlink(missing_ok=True)
         return path
 
-    def truncate(self, log: Log) -> None:
-        """The log was truncated (or restarted) below :attr:`end_offset`: rebuild."""
-        self.reload(log)
+    def truncate(self, log: Log, now_ms: int) -> None:
+        """The log was truncated (or restarted) below :attr:`end_offset`: rebuild at broker
+        time ``now_ms`` (see :meth:`reload`)."""
+        self.reload(log, now_ms)

@@ -212,3 +212,34 @@ def test_snapshot_on_segment_roll(broker: Broker, tmp_path: Path) -> None:
     directory = tmp_path / "data" / "t-0"
     assert 3 in [o for o, _ in list_snapshots(directory)]
     assert os.path.exists(directory / f"{3:020d}.log")
+
+
+def test_old_create_time_producer_survives_unclean_restart(
+    broker: Broker, tmp_path: Path, clock: Any
+) -> None:
+    # Records whose CreateTime is older than producer.id.expiration.ms: the broker's
+    # append time keeps the producer alive while it runs, and after a crash (state rebuilt
+    # from the log, no snapshot) the load time must do the same, or the first expiry
+    # check forgets the producer and the retry of its in-doubt batch is stored twice.
+    add_topic(broker, "t")
+    old = clock() - 2 * 86_400_000
+    batch = make_batch([b"a", b"b"], producer=(PID, 0, 0), timestamp=old)
+
+    def produce(target: Broker) -> Any:
+        request = produce_request(9, {"t": {0: batch}}, acks=1)
+        reply = run(handle_produce(context(target, ApiKey.PRODUCE, 9), request))
+        return reply.responses[0].partition_responses[0]
+
+    assert produce(broker).base_offset == 0
+    assert produce(broker).base_offset == 0
+    clock.advance(3_000)
+    restarted = _restart(broker, tmp_path, clock, clean=False)
+    try:
+        partition = restarted.partitions.get("t", 0)
+        assert partition is not None
+        retry = produce(restarted)
+        assert (retry.error_code, retry.base_offset) == (ErrorCode.NONE, 0)
+        assert offsets(restarted) == [(0, 0, 0)]
+        assert [p.producer_id for p in partition.active_producers(clock())] == [PID]
+    finally:
+        restarted.partitions.logs.close()
