@@ -372,8 +372,9 @@ def test_socket_round_trip_sync_async_and_status(
             assert client.delivery(first).offset == 0
             with pytest.raises(Exception, match="refused"):
                 client._request(1, b"\x00\x01t\x00\x00\x00\x00garbage").result(10)
-            status = client.status()["queues"]
-            assert sum(q["delivered"] for q in status) == 601
+            # The counters follow the persisted read position (which the queries read)
+            # once the sender's loop resumes after the commit: an instant later.
+            wait_for(lambda: sum(q["delivered"] for q in client.status()["queues"]) == 601)
         out = subprocess.run(
             [sys.executable, "-m", "tidelog", "agent", "status", "--socket", str(sock)],
             capture_output=True,
