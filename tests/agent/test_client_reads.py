@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import traceback
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -254,3 +255,28 @@ def test_send_many_cut_off_by_a_lost_connection_says_which_events_were_stored(
     held_error = held.exception(5)
     assert isinstance(held_error, AgentClosedError)
     assert held_error.stored is None
+
+
+def test_a_failed_connection_raises_a_short_error_to_every_caller(tmp_path: Path) -> None:
+    """Every request waiting on a connection that failed, and every later one, raises the
+    connection's cause; each raise its own exception object, so that raising the cause
+    to thousands of callers does not chain thousands of frames onto one traceback."""
+    server = HoldingServer(tmp_path / "s.sock")
+    client = AgentClient(tmp_path / "s.sock", timeout=5)
+    try:
+        held = [client.submit("t", b"hold", partition=0) for _ in range(300)]
+        wait_for(lambda: len(server.held) == 300)
+    finally:
+        client.close()
+        server.close()
+    raised = []
+    for future in held:
+        with pytest.raises(AgentClosedError, match="the client is closed") as caught:
+            future.result(5)
+        raised.append(caught.value)
+    for _ in range(300):
+        with pytest.raises(AgentClosedError, match="the client is closed") as caught:
+            client.send("t", b"later", partition=0)
+        raised.append(caught.value)
+    assert len({id(error) for error in raised}) == len(raised)
+    assert max(len(traceback.extract_tb(error.__traceback__)) for error in raised) < 20

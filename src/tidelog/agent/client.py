@@ -130,6 +130,14 @@ def _decode(kind: int, topic: str, status: int, payload: bytes) -> Any:
         raise AgentError(f"the agent sent a malformed answer: {exc}") from None
 
 
+def _fresh(error: AgentError) -> AgentError:
+    """A copy of the connection's ``error`` to raise or hand to one caller: raising one
+    exception object again and again chains each raise's frames onto its traceback (a
+    failed connection's cause, raised to every waiting and later request, would grow
+    without bound)."""
+    return copy.copy(error)
+
+
 def _settle(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     """Set ``future`` unless it is done already (a reader never dies of a future it cannot
     set)."""
@@ -186,7 +194,7 @@ class _Many:
             return
         if self.error is None:
             # ``error`` fails every request of the connection: this call's gets its own copy.
-            self.error = copy.copy(error) if self._stored() else error
+            self.error = _fresh(error)
         self._raise(self.error)
 
     def _stored(self) -> bool:
@@ -274,7 +282,7 @@ class AgentClient:
         try:
             with self._write_lock:
                 if self._failure is not None:
-                    raise self._failure
+                    raise _fresh(self._failure)
                 yield broken
         finally:
             if broken:
@@ -355,7 +363,7 @@ class AgentClient:
                 if not future.done() and self._failure is not None:
                     # The connection failed and _fail (on another thread) has not reached
                     # this future yet: its cause, not a TimeoutError of result(0).
-                    raise self._failure
+                    raise _fresh(self._failure)
                 return future.result(0)
             with self._state:
                 while not future.done() and self._reading:
@@ -596,7 +604,7 @@ class AgentClient:
             pending, self._pending = self._pending, {}
             waiting, self._many = self._many, {}
         for future, _, _ in pending.values():
-            _settle(future, error=error)
+            _settle(future, error=_fresh(error))
         for waiter, _ in waiting.values():
             waiter.fail(error)
         self._wake_all()
@@ -679,7 +687,7 @@ class AsyncAgentClient:
     def _request(self, op: int, payload: bytes, topic: str) -> tuple[int, asyncio.Future[Any]]:
         self._check_loop()
         if self._failure is not None:
-            raise self._failure
+            raise _fresh(self._failure)
         _check_frame(len(payload))
         request_id = next(self._ids) & 0xFFFFFFFF
         future: asyncio.Future[Any] = self._loop.create_future()
@@ -716,7 +724,7 @@ class AsyncAgentClient:
             await self._writer.drain()
         except OSError as exc:
             if self._failure is not None:
-                raise self._failure from None
+                raise _fresh(self._failure) from None
             raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
 
     async def send(
@@ -780,7 +788,7 @@ class AsyncAgentClient:
         pending, self._pending = self._pending, {}
         for future, _, _ in pending.values():
             if not future.done():
-                future.set_exception(self._failure)
+                future.set_exception(_fresh(self._failure))
 
     async def close(self) -> None:
         """Close at once, whether or not the agent reads: requests still waiting fail with
