@@ -7,14 +7,17 @@ then times 100-byte events:
 
 * in-process ``Agent.send`` with 1 and 8 sending threads (each call returns once durable);
 * in-process ``Agent.send_many`` (1000 events per call);
-* over the Unix socket to a ``tidelog agent`` daemon process: ``AgentClient.send`` with 1 and 8 client threads, and pipelined
-  ``AgentClient.send_many`` (1000 in flight, one write) from 1 and 8 clients;
+* over the Unix socket to a ``tidelog agent`` daemon process: ``AgentClient.send`` with 1 and
+  8 client threads (each connected before the clock starts), and pipelined
+  ``AgentClient.submit_many`` calls of 1000 events, four in flight per client, from 1 and 8
+  clients (a sample: from a call's submission until its events are acknowledged);
 * in-process ``Agent.send`` with the cluster unreachable (nothing delivered meanwhile);
 * baselines: confluent-kafka ``produce()`` + ``flush()`` per event with acks=all against the
   same broker, and ``os.write`` + ``os.fdatasync`` per event on the same disk (measured twice:
   first, and after the agent without delivery).
 
-Latency is per call (per event for one-event calls); p50/p99/p99.9 in microseconds. Each
+Latency is per call (per event for one-event calls); p50/p99/p99.9 in microseconds. Events/s
+counts the events acknowledged, until the last one is. Each
 one-event scenario starts once the agents have delivered what earlier scenarios stored, so
 that it runs beside the delivery of its own events only, not of a backlog of 100,000s. The
 last line is JSON with every figure. Figures, never pass/fail.
@@ -23,6 +26,7 @@ last line is JSON with every figure. Figures, never pass/fail.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import socket
@@ -32,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -105,46 +110,119 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_us": at(0.5), "p99_us": at(0.99), "p999_us": at(0.999)}
 
 
-def run_threads(threads: int, per_thread: int, work: Callable[[int, list[float]], None]) -> Any:
+def run_threads(
+    threads: int,
+    work: Callable[[list[float]], int],
+    setup: Callable[[], object] | None = None,
+) -> tuple[float, list[float]]:
+    """Run ``work`` on ``threads`` threads; (events/s, latency samples).
+
+    ``work`` records its samples and returns how many events it had acknowledged, all of
+    them by the time it returns: the rate counts events acknowledged, over the time from
+    the start until the last thread is done. ``setup`` (a connection of the thread's own)
+    runs on each thread before the clock starts."""
     latencies: list[list[float]] = [[] for _ in range(threads)]
-    workers = [
-        threading.Thread(target=work, args=(per_thread, latencies[i])) for i in range(threads)
-    ]
-    start = time.perf_counter()
+    counts = [0] * threads
+    ready = threading.Barrier(threads + 1)
+
+    def run(i: int) -> None:
+        if setup is not None:
+            setup()
+        ready.wait()
+        counts[i] = work(latencies[i])
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for w in workers:
         w.start()
+    ready.wait()
+    start = time.perf_counter()
     for w in workers:
         w.join()
     elapsed = time.perf_counter() - start
     merged = [x for lat in latencies for x in lat]
-    return threads * per_thread / elapsed, merged
+    return sum(counts) / elapsed, merged
 
 
 def bench_single_calls(
-    name: str, threads: int, events: int, send: Callable[[], object]
+    name: str,
+    threads: int,
+    events: int,
+    send: Callable[[], object],
+    setup: Callable[[], object] | None = None,
 ) -> dict[str, Any]:
-    def work(n: int, lat: list[float]) -> None:
+    """One event per call; a sample is one call, which returns once its event is durable."""
+    per_thread = events // threads
+
+    def work(lat: list[float]) -> int:
         clock = time.perf_counter
-        for _ in range(n):
+        for _ in range(per_thread):
             t = clock()
             send()
             lat.append(clock() - t)
+        return per_thread
 
-    rate, samples = run_threads(threads, events // threads, work)
+    rate, samples = run_threads(threads, work, setup)
     return {"name": name, "threads": threads, "events_per_s": round(rate), **percentiles(samples)}
 
 
 def bench_batches(
     name: str, threads: int, events: int, batch: int, send_batch: Callable[[int], object]
 ) -> dict[str, Any]:
-    def work(n: int, lat: list[float]) -> None:
+    """``batch`` events per call; a sample is one call, which returns once all are durable."""
+    calls = max(1, events // threads // batch)
+
+    def work(lat: list[float]) -> int:
         clock = time.perf_counter
-        for _ in range(max(1, n // batch)):
+        for _ in range(calls):
             t = clock()
             send_batch(batch)
             lat.append(clock() - t)
+        return calls * batch
 
-    rate, samples = run_threads(threads, events // threads, work)
+    rate, samples = run_threads(threads, work)
+    return {
+        "name": name,
+        "threads": threads,
+        "events_per_s": round(rate),
+        "per_call_events": batch,
+        **percentiles(samples),
+    }
+
+
+def bench_pipelined(
+    name: str,
+    threads: int,
+    events: int,
+    batch: int,
+    window: int,
+    submit: Callable[[int], Future[Any]],
+    setup: Callable[[], object] | None = None,
+) -> dict[str, Any]:
+    """``batch`` events per call, ``window`` calls in flight per thread (the next ones are
+    sent while the oldest waits for its group commit). A sample is one call, from its
+    submission until the client learns its events are durable; the clock stops once every
+    call is acknowledged."""
+    calls = max(1, events // threads // batch)
+
+    def work(lat: list[float]) -> int:
+        clock = time.perf_counter
+        inflight: collections.deque[Future[Any]] = collections.deque()
+        for _ in range(calls):
+            t = clock()
+            future = submit(batch)
+
+            def acknowledged(_: Future[Any], t: float = t) -> None:
+                lat.append(clock() - t)
+
+            future.add_done_callback(acknowledged)
+            inflight.append(future)
+            while len(inflight) >= window:
+                inflight.popleft().result(60)
+        while inflight:
+            inflight.popleft().result(60)
+        return calls * batch
+
+    rate, samples = run_threads(threads, work, setup)
     return {
         "name": name,
         "threads": threads,
@@ -167,21 +245,30 @@ def bench_fdatasync(workdir: Path, events: int) -> dict[str, Any]:
         os.close(fd)
 
 
-def bench_confluent(bootstrap: str, topic: str, events: int) -> dict[str, Any] | None:
+def bench_confluent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
+    """The direct way: confluent-kafka ``produce()`` + ``flush()`` per event, acks=all;
+    every event must be acknowledged without error, else the figures would time failures."""
     try:
         from confluent_kafka import Producer
     except ImportError:
-        return None
+        raise SystemExit(
+            "confluent-kafka is needed for the baseline (make test installs it)"
+        ) from None
     producer = Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 0}
     )
-    producer.produce(topic, VALUE)
-    producer.flush(30)
+    errors: list[object] = []
+
+    def report(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
 
     def send() -> None:
-        producer.produce(topic, VALUE)
-        producer.flush(30)
+        producer.produce(topic, VALUE, on_delivery=report)
+        if producer.flush(30) != 0 or errors:
+            raise SystemExit(f"confluent-kafka baseline: not acknowledged: {errors or 'timeout'}")
 
+    send()  # metadata and connection first
     return bench_single_calls("confluent-kafka produce+flush, acks=all", 1, events, send)
 
 
@@ -234,7 +321,7 @@ def main() -> None:
                         "in-process send", 8, events, lambda: agent.send(topic, VALUE)
                     )
                 )
-                many = [(None, VALUE)] * 1000
+                many: list[tuple[bytes | None, bytes | None]] = [(None, VALUE)] * 1000
                 results.append(
                     bench_batches(
                         "in-process send_many",
@@ -274,33 +361,26 @@ def main() -> None:
                     delivered_so_far()
                     results.append(
                         bench_single_calls(
-                            "socket send", threads, events, lambda: client().send(topic, VALUE)
+                            "socket send",
+                            threads,
+                            events,
+                            lambda: client().send(topic, VALUE),
+                            setup=client,
                         )
                     )
-
-                pipelines: list[list[Any]] = []
-
-                def drain_pipelines() -> None:
-                    for inflight in pipelines:
-                        while inflight:
-                            inflight.pop(0).result(60)
-
-                def pipelined(n: int) -> None:
-                    # Four windows of n in flight: the next ones are sent while the
-                    # oldest waits for its group commit.
-                    c = client()
-                    inflight = getattr(local, "inflight", None)
-                    if inflight is None:
-                        inflight = local.inflight = []
-                        pipelines.append(inflight)
-                    inflight.append(c.submit_many(topic, many[:n]))
-                    while len(inflight) > 3:
-                        inflight.pop(0).result(60)
-
-                results.append(bench_batches("socket pipelined", 1, events * 5, 1000, pipelined))
-                drain_pipelines()
-                results.append(bench_batches("socket pipelined", 8, events * 5, 1000, pipelined))
-                drain_pipelines()
+                for threads in (1, 8):
+                    delivered_so_far()
+                    results.append(
+                        bench_pipelined(
+                            "socket pipelined",
+                            threads,
+                            events * 5,
+                            1000,
+                            4,
+                            lambda n: client().submit_many(topic, many[:n]),
+                            setup=client,
+                        )
+                    )
                 drained = agent.flush(120)
                 deadline = time.monotonic() + 120
                 while any(q["depth"] for q in client().status()["queues"]):
@@ -313,9 +393,7 @@ def main() -> None:
                 daemon.terminate()
                 daemon.wait(30)
                 agent.close()
-            confluent = bench_confluent(bootstrap, "bench-confluent", min(events, 5000))
-            if confluent is not None:
-                results.append(confluent)
+            results.append(bench_confluent(bootstrap, "bench-confluent", min(events, 5000)))
         finally:
             if broker is not None:
                 broker.terminate()
