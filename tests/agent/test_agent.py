@@ -153,11 +153,24 @@ def test_partition_growth_is_picked_up(
         wait_for(lambda: agent.partition_count(topic) == 2)
         add_partitions(broker.bootstrap, topic, 4)
         wait_for(lambda: agent.partition_count(topic) == 4)
-        ids = [agent.send(topic, b"v%d" % i, key=b"key%d" % i) for i in range(40)]
+        ids = [agent.send(topic, b"v%d" % i, key=b"key%d" % (i % 10)) for i in range(40)]
         assert {e.partition for e in ids} >= {2, 3}
         assert agent.flush(30)
     records = read_topic(broker.bootstrap, topic, 4)
-    assert sum(len(r) for r in records.values()) == 41
+    # Every event once, in the partition its key gives with 4 partitions (the new ones
+    # included), each key's events in the order sent.
+    assert sorted(v for rs in records.values() for _, _, v in rs) == sorted(
+        [b"first"] + [b"v%d" % i for i in range(40)]
+    )
+    assert records[2] and records[3]
+    by_key: dict[bytes, list[tuple[int, bytes]]] = {}
+    for partition, got in records.items():
+        for _, key, value in got:
+            by_key.setdefault(key, []).append((partition, value))
+    for k in range(10):
+        key = b"key%d" % k
+        expected = partition_for_key(key, 4)
+        assert by_key[key] == [(expected, b"v%d" % i) for i in range(k, 40, 10)]
 
 
 def test_a_topic_created_again_with_fewer_partitions_is_followed(
