@@ -1,9 +1,14 @@
-"""Crash proofs with real processes: SIGKILL of a writer mid-append, and of the daemon while
-clients send and the broker goes away."""
+"""Crash proofs with real processes: SIGKILL of a writer mid-append (with the torn tails a
+machine crash could leave made in copies of its queue), and of the daemon while clients send
+and the broker goes away."""
 
 from __future__ import annotations
 
+import logging
+import random
+import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -13,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import create_topic, read_topic
+from crc32c import crc32c
 from interop_broker import BrokerProcess
 from queue_writer import body
 
@@ -24,9 +30,133 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 
 
-def test_kill_mid_append_loses_only_unacknowledged_events(tmp_path: Path) -> None:
+def read_all(queue: DiskQueue) -> int:
+    """Check that ``queue`` holds queue_writer.py's entries from 0, in order and byte for byte;
+    their count."""
+    pos, n = queue.start_of_next_read()
+    recovered = 0
+    while entries := queue.read(pos, n, 1 << 20):
+        for e in entries:
+            assert e.number == recovered
+            assert bytes(e.body) == body(e.number)
+            recovered += 1
+        last = entries[-1]
+        pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+    return recovered
+
+
+def entry(number: int) -> bytes:
+    """Entry ``number`` of queue_writer.py as docs/agent.md lays it out on disk (encoded here,
+    not by the queue, so that recovery is checked against the format)."""
+    data = body(number)
+    crc = crc32c(struct.pack(">IQ", len(data), number) + data)
+    return struct.pack(">IIQ", len(data), crc, number) + data
+
+
+def whole_entries(data: bytes, first: int) -> tuple[int, int]:
+    """(number after the last entry, offset where it ends) of the entries that ``data``, a
+    segment starting at entry ``first``, holds whole and byte for byte from its start: what
+    recovery must keep of it when it is the newest. The non-zero bytes after them are the
+    torn tail."""
+    at, number = 0, first
+    while data[at : at + len(whole := entry(number))] == whole:
+        at += len(whole)
+        number += 1
+    return number, at
+
+
+def machine_crash_tails(
+    real: bytes, acked_end: int, first_unacked: int, rng: random.Random
+) -> list[tuple[str, bytes]]:
+    """Contents the newest segment (``real`` as the killed writer left it, its acknowledged
+    entries ending at offset ``acked_end``) could have after a crash of the machine, which
+    can lose or half-write any block never synced: the acknowledged bytes, then part of the
+    unacknowledged entries that followed, garbage, or a partial entry over zeros."""
+    past = real[acked_end:]
+    if not past.startswith(entry(first_unacked)):
+        # Killed before it wrote the next entry in this segment: what it would have written.
+        past = b"".join(entry(n) for n in range(first_unacked, first_unacked + 3))
+    first = len(entry(first_unacked))
+    second = first + len(entry(first_unacked + 1))
+    written = len(past.rstrip(b"\0"))
+    # Cuts from 4 bytes in: the first bytes of a length are zeros, which recovery rightly
+    # takes for zeros written ahead.
+    cuts = [
+        ("in the header of the first unacknowledged entry", rng.randint(4, ENTRY_SIZE - 1)),
+        ("in the body of the first unacknowledged entry", rng.randint(ENTRY_SIZE, first - 1)),
+        ("in the second unacknowledged entry", rng.randint(first + 4, second - 1)),
+        *(("at random past the acknowledged end", rng.randint(1, written)) for _ in range(3)),
+    ]
+    acked = real[:acked_end]
+    tails = [(f"cut {where}: +{cut}", acked + past[:cut]) for where, cut in cuts]
+    cut = rng.randint(acked_end, len(real))
+    tails.append((f"the killed file cut at {cut} of {len(real)}", real[:cut]))
+    garbage = rng.randbytes(rng.randint(0, 399)) + bytes([rng.randint(1, 255)])
+    tails.append(("garbage past the acknowledged end", acked + garbage))
+    tails.append(("garbage, then zeros written ahead", acked + garbage + bytes(4096)))
+    cut = rng.randint(4, first - 1)
+    tails.append((f"a partial entry (+{cut}) over zeros", acked + past[:cut] + bytes(8192)))
+    return tails
+
+
+def check_machine_crashes(
+    snapshot: Path, acked: int, rng: random.Random, work: Path, caplog: pytest.LogCaptureFixture
+) -> tuple[int, int]:
+    """Tear copies of ``snapshot`` (a queue directory as a SIGKILL left it, entries 0 to
+    ``acked`` acknowledged) as a machine crash could, and check what recovery keeps of each:
+    every acknowledged entry, byte for byte and in order, then the unacknowledged entries
+    that are there whole, never a partial one. Returns (copies whose torn tail was cut,
+    copies that kept an unacknowledged entry)."""
+    segments = []
+    for path in sorted(snapshot.glob("*.q")):
+        base, first = (int(part) for part in path.stem.split("-"))
+        segments.append((base, first, path))
+    # Where the acknowledged entries end; the newest segment of a crashed copy is the one
+    # that position falls in (a later one holds only unacknowledged entries, and goes).
+    base, first, path = max(s for s in segments if s[1] <= acked)
+    acked_end = base + sum(len(entry(n)) for n in range(first, acked + 1))
+    base, first, path = max(s for s in segments if s[0] <= acked_end)
+    real = path.read_bytes()
+    assert whole_entries(real, first)[0] > acked  # what was acknowledged is all there
+    torn_copies = kept_unacked = 0
+    tails = machine_crash_tails(real, acked_end - base, acked + 1, rng)
+    for index, (what, data) in enumerate(tails):
+        copy = work / f"crash-{index}"
+        shutil.copytree(snapshot, copy)
+        for _, _, later in (s for s in segments if s[0] > base):
+            (copy / later.name).unlink()
+        (copy / path.name).write_bytes(data)
+        end_n, end = whole_entries(data, first)
+        torn = len(data[end:].rstrip(b"\0"))
+        assert end_n > acked, what
+        caplog.clear()
+        queue = DiskQueue.open(copy, segment_bytes=64 * 1024)
+        try:
+            assert (queue.write_n, queue.truncated_bytes) == (end_n, torn), what
+            cuts = [r for r in caplog.records if "bytes of torn tail" in r.getMessage()]
+            assert len(cuts) == (1 if torn else 0), what
+            assert read_all(queue) == end_n, what
+        finally:
+            queue.close()
+        assert (copy / path.name).stat().st_size == end, what
+        shutil.rmtree(copy)
+        torn_copies += bool(torn)
+        kept_unacked += end_n > acked + 1
+    return torn_copies, kept_unacked
+
+
+def test_kill_mid_append_loses_only_unacknowledged_events(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGKILL a writer mid-stream: recovery keeps every acknowledged event. A killed process
+    cannot tear a write (what it wrote is in the page cache), so each killed queue is also
+    copied and its newest segment torn past the acknowledged entries as a crash of the
+    machine could: recovery must cut exactly the torn bytes."""
+    caplog.set_level(logging.WARNING, logger="tidelog.agent.queue")
     directory = tmp_path / "q"
+    rng = random.Random(11)
     acked = -1
+    torn_copies = kept_unacked = 0
     for round_ in range(3):
         child = subprocess.Popen(
             [sys.executable, str(HERE / "queue_writer.py"), str(directory)],
@@ -41,26 +171,25 @@ def test_kill_mid_append_loses_only_unacknowledged_events(tmp_path: Path) -> Non
                 break
         child.send_signal(signal.SIGKILL)
         child.wait()
+        # The files as the kill left them, before recovery touches them.
+        snapshot = tmp_path / f"killed-{round_}"
+        shutil.copytree(directory, snapshot)
+        torn, kept = check_machine_crashes(snapshot, acked, rng, tmp_path, caplog)
+        torn_copies += torn
+        kept_unacked += kept
         queue = DiskQueue.open(directory, segment_bytes=64 * 1024)
         try:
-            pos, n = queue.start_of_next_read()
-            recovered = 0
-            while True:
-                entries = queue.read(pos, n, 1 << 20)
-                if not entries:
-                    break
-                for e in entries:
-                    assert e.number == recovered
-                    assert bytes(e.body) == body(e.number)
-                    recovered += 1
-                last = entries[-1]
-                pos, n = last.position + ENTRY_SIZE + len(last.body), last.number + 1
+            recovered = read_all(queue)
             assert recovered == queue.write_n
             # Every acknowledged event survived; anything beyond was in flight at the kill.
             assert recovered >= acked + 1
             acked = recovered - 1
         finally:
             queue.close()
+    # Each kill: at least the three cuts inside the first two unacknowledged entries, the two
+    # garbage tails and the partial entry were torn tails, and recovery cut them.
+    assert torn_copies >= 3 * 6
+    assert kept_unacked >= 3  # the cut inside the second unacknowledged entry keeps the first
 
 
 class Daemon:
