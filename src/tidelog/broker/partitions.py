@@ -83,6 +83,11 @@ class Partition:
         self.producers = ProducerStateManager.load(
             log, now_ms=log.clock(), producer_id_expiration_ms=producer_id_expiration_ms
         )
+        if self.producers.replayed:
+            # Producers read back from the log (after a crash) are dated at this load; a
+            # snapshot keeps that date, else every crash would date them again and a broker
+            # crashing often would never let an idle producer expire.
+            self._snapshot(None)
         self._active_base = log.active_segment.base_offset
         self._next_expiry_check_ms = -1
 

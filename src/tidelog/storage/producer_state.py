@@ -60,8 +60,12 @@ none, as after a crash) counts as updated at the time of the load: the caller pa
 time (``now_ms`` of :meth:`ProducerStateManager.load`, :meth:`~ProducerStateManager.reload`,
 :meth:`~ProducerStateManager.catch_up`, :meth:`~ProducerStateManager.truncate`; this module
 reads no clock). A snapshot entry whose ``last_update_ms`` is unknown (-1) is treated the
-same way. ``last_update_ms`` never moves back: :meth:`ProducerEntry.add` keeps the later of
-the old and the new time.
+same way. Replaying never moves ``last_update_ms`` back (a snapshot may hold a later time
+than the load's). Since the log keeps no append times, the time given at a load is only
+kept by a snapshot: the broker writes one after a load that replayed batches
+(:attr:`ProducerStateManager.replayed`), or each crash would date the same batches again
+and a broker crashing more often than ``producer.id.expiration.ms`` would keep an idle
+producer forever.
 """
 
 from __future__ import annotations
@@ -171,9 +175,7 @@ class ProducerEntry:
             self.batches.clear()
         self.batches.append(batch)
         self.last_timestamp = batch.timestamp
-        # Never lowered: replaying a batch at load, or a caller without a time (-1), must
-        # not make the producer look idle for longer than it is.
-        self.last_update_ms = max(self.last_update_ms, now_ms)
+        self.last_update_ms = now_ms
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -295,6 +297,8 @@ class ProducerStateManager:
         self.end_offset = 0
         #: Log start offset the state was last trimmed to.
         self.start_offset = 0
+        #: Batches the last catch-up read back from the log (dated at its ``now_ms``).
+        self.replayed = 0
 
     # -- loading -----------------------------------------------------------------------
 
@@ -354,6 +358,7 @@ class ProducerStateManager:
         updated at ``now_ms``, the broker time of the call.
         """
         end = log.log_end_offset
+        self.replayed = 0
         if self.end_offset >= end:
             return 0
         applied = 0
@@ -363,11 +368,16 @@ class ProducerStateManager:
             self.apply_header(header, now_ms)
             applied += 1
         self.end_offset = max(self.end_offset, end)
+        self.replayed = applied
         return applied
 
     def apply_header(self, header: BatchHeader, now_ms: int, timestamp: int | None = None) -> None:
-        """Record a batch already in the log (its header carries its real offsets)."""
+        """Record a batch already in the log (its header carries its real offsets), read
+        back at broker time ``now_ms``: the producer's update time never moves back (a
+        snapshot may hold a later one than the time of the load)."""
         if header.producer_id >= 0 and not header.is_control:
+            known = self.producers.get(header.producer_id)
+            before = -1 if known is None else known.last_update_ms
             self.record(
                 header.producer_id,
                 header.producer_epoch,
@@ -376,7 +386,7 @@ class ProducerStateManager:
                 header.base_offset,
                 header.last_offset,
                 header.max_timestamp if timestamp is None else timestamp,
-                now_ms,
+                max(before, now_ms),
             )
         self.end_offset = max(self.end_offset, header.next_offset)
 

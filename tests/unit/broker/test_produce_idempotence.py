@@ -148,13 +148,18 @@ def test_truncation_behind_the_partitions_back_is_noticed(broker: Any) -> None:
     assert len(offsets(broker)) == 2
 
 
-def _restart(broker: Broker, tmp_path: Path, clock: Any, *, clean: bool) -> Broker:
+def _restart(
+    broker: Broker, tmp_path: Path, clock: Any, *, clean: bool, keep_snapshots: bool = False
+) -> Broker:
+    """A clean restart, or a crash: no shutdown snapshot, and (unless ``keep_snapshots``)
+    none of the earlier ones either, so the state is rebuilt from the log."""
     if clean:
         broker.partitions.close()
     broker.partitions.logs.close()
     if not clean:
-        for path in (tmp_path / "data" / "t-0").glob("*.snapshot"):
-            path.unlink()
+        if not keep_snapshots:
+            for path in (tmp_path / "data" / "t-0").glob("*.snapshot"):
+                path.unlink()
         (tmp_path / "data" / ".clean-shutdown").unlink(missing_ok=True)
     logs = LogManager([tmp_path / "data"], clock=clock)
     logs.open()
@@ -243,3 +248,29 @@ def test_old_create_time_producer_survives_unclean_restart(
         assert [p.producer_id for p in partition.active_producers(clock())] == [PID]
     finally:
         restarted.partitions.logs.close()
+
+
+def test_a_producer_read_back_after_a_crash_expires_on_time_however_often_it_crashes(
+    broker: Broker, tmp_path: Path, clock: Any
+) -> None:
+    # A producer rebuilt from the log is dated at the load; that date must survive later
+    # crashes (a snapshot keeps it), or a broker crashing more often than
+    # producer.id.expiration.ms would date it again each time and never let it expire.
+    add_topic(broker, "t")
+    batch = make_batch([b"a"], producer=(PID, 0, 0), timestamp=clock() - 2 * 86_400_000)
+    request = produce_request(9, {"t": {0: batch}}, acks=1)
+    run(handle_produce(context(broker, ApiKey.PRODUCE, 9), request))
+    restarted = _restart(broker, tmp_path, clock, clean=False)
+    loaded_at = clock()
+    alive = []
+    for _ in range(6):
+        clock.advance(10 * 3_600_000)
+        restarted = _restart(restarted, tmp_path, clock, clean=False, keep_snapshots=True)
+        partition = restarted.partitions.get("t", 0)
+        assert partition is not None
+        alive.append(
+            (clock() - loaded_at, [p.producer_id for p in partition.active_producers(clock())])
+        )
+    restarted.partitions.logs.close()
+    hour = 3_600_000
+    assert alive == [(h * hour, [PID] if h < 24 else []) for h in range(10, 70, 10)]

@@ -240,12 +240,12 @@ def test_snapshot_entry_without_update_time_counts_as_updated_at_load(tmp_path: 
     log.close()
 
 
-def test_entry_update_time_never_moves_back() -> None:
+def test_an_append_dates_the_producer_at_its_own_broker_time() -> None:
+    # The broker's clock stepped forward and back: the latest append's time counts, or
+    # one append during the step would keep the producer a year past its expiry.
     entry = ProducerEntry(1, 0)
-    entry.add(0, BatchMetadata(0, 0, 0, 0, 10), 5_000)
-    entry.add(0, BatchMetadata(1, 1, 1, 1, 11), -1)  # a batch re-read without a time
-    assert entry.last_update_ms == 5_000
-    entry.add(0, BatchMetadata(2, 2, 2, 2, 12), 4_000)
-    assert (entry.last_update_ms, entry.last_timestamp) == (5_000, 12)
-    entry.add(1, BatchMetadata(0, 0, 3, 3, 13), 6_000)  # a new epoch
+    entry.add(0, BatchMetadata(0, 0, 0, 0, 10), 365 * 86_400_000)
+    entry.add(0, BatchMetadata(1, 1, 1, 1, 11), 5_000)
+    assert (entry.last_update_ms, entry.last_timestamp) == (5_000, 11)
+    entry.add(1, BatchMetadata(0, 0, 2, 2, 12), 6_000)  # a new epoch
     assert entry.last_update_ms == 6_000
