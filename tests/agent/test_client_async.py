@@ -9,6 +9,7 @@ import asyncio
 import gc
 import socket
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,19 @@ def test_a_pipeline_cut_off_by_a_lost_connection_leaves_no_error_unretrieved(
         assert asyncio.run(run()) == []
     finally:
         listener.close()
+
+
+def test_a_client_left_open_when_its_loop_closes_closes_its_socket(served: Path) -> None:
+    """The application forgets close(): the loop's end stops the client's reads, which
+    closes its connection then, rather than leaving the socket to the garbage collector."""
+
+    async def forgetful() -> None:
+        client = await AsyncAgentClient.connect(served)
+        assert await client.send("t", b"a", partition=0) == EventId("t", 0, 0)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        asyncio.run(forgetful())
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert leaks == []

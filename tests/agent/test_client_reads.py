@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import traceback
 from concurrent.futures import Future
 from pathlib import Path
@@ -280,3 +281,48 @@ def test_a_failed_connection_raises_a_short_error_to_every_caller(tmp_path: Path
         raised.append(caught.value)
     assert len({id(error) for error in raised}) == len(raised)
     assert max(len(traceback.extract_tb(error.__traceback__)) for error in raised) < 20
+
+
+def test_send_many_cut_off_while_still_written_says_which_events_were_stored(
+    tmp_path: Path,
+) -> None:
+    """A daemon that answers the first 1000 events of a long pipelined write, stops reading
+    and then drops the connection while the client is still writing: the call's error
+    lists those 1000 as stored (the others never reached a queue, or may have)."""
+    path = tmp_path / "s.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    answered = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            buffer, number = b"", 0
+            while number < 1000 and (chunk := conn.recv(65536)):
+                buffer += chunk
+                while number < 1000 and len(buffer) >= 4 + int.from_bytes(buffer[:4], "big"):
+                    size = int.from_bytes(buffer[:4], "big")
+                    _, _, request_id = REQUEST_HEAD.unpack_from(buffer, 0)
+                    buffer = buffer[4 + size :]
+                    conn.sendall(encode_response(request_id, OK, SEND_ACK.pack(0, number)))
+                    number += 1
+            answered.set()
+            # The client's reader takes the answers while its writer waits for room.
+            time.sleep(1)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client = AgentClient(path, timeout=None)
+    events: list[tuple[bytes | None, bytes | None]] = [(None, b"v" * 100)] * 100_000
+    try:
+        with pytest.raises(AgentClosedError) as caught:
+            client.send_many("t", events, partition=0)
+    finally:
+        client.close()
+        listener.close()
+    assert answered.is_set()
+    stored = caught.value.stored
+    assert stored is not None and len(stored) == len(events)
+    assert stored[:1000] == [EventId("t", 0, n) for n in range(1000)]
+    assert stored[1000:] == [None] * (len(events) - 1000)

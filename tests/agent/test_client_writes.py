@@ -217,3 +217,33 @@ def test_a_caller_waiting_when_another_breaks_the_connection_gets_the_cause(
         assert "took only part" in str(outcome[0])
     finally:
         client.close()
+
+
+def test_closing_the_client_under_a_writer_tells_the_writer_so(
+    stalled: StalledDaemon,
+) -> None:
+    """A thread blocked writing to a daemon that does not read, and the application closes
+    the client: the writer is told the client is closed, not of a broken pipe."""
+    client = AgentClient(stalled.path, timeout=None)
+    big: list[tuple[bytes | None, bytes | None]] = [(None, b"x" * 1000)] * 2000
+    outcome: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            client.send_many("t", big, partition=0)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    # It blocks once the socket's buffers are full (about 200 KB of the 2 MB write).
+    deadline = time.monotonic() + 10
+    while not client._write_lock.locked() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    client.close()
+    writer.join(30)
+    assert not writer.is_alive()
+    assert [(type(e), str(e)) for e in outcome] == [(AgentClosedError, "the client is closed")]
+    stalled.release.set()
+    assert stalled.finished.wait(10)

@@ -332,10 +332,14 @@ class AgentClient:
 
     def _break_locked(self, broken: list[AgentError], error: AgentError) -> None:
         """Fail the connection from a writer: the failure is set before the socket is shut,
-        so a reader woken by the shutdown fails the requests with this cause."""
-        broken.append(error)
+        so a reader woken by the shutdown fails the requests with this cause. A connection
+        failed already (closed by the application, broken under a reader) keeps its cause,
+        which the writer raises too."""
         if self._failure is None:
             self._failure = error
+            broken.append(error)
+        else:
+            broken.append(_fresh(self._failure))
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
 
@@ -471,21 +475,33 @@ class AgentClient:
         pack_head = REQUEST_HEAD.pack
         fixed = REQUEST_HEAD.size - 4 + len(prefix)
         parts: list[bytes] = []
-        with self._writing() as broken:
-            ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
-            self._many.update(zip(ids, ((waiter, index) for index in range(len(ids))), strict=True))
-            for request_id, body in zip(ids, bodies, strict=True):
-                parts += (pack_head(fixed + len(body), OP_SEND, request_id), prefix, body)
-            # The background reader reads the answers while this thread writes: the agent
-            # answers as it reads, and with nobody reading, a long write would fill the
-            # socket both ways and stop both sides.
-            self._wake_background()
-            try:
-                self._write_locked(b"".join(parts), broken)
-            except BaseException:
-                for request_id in ids:
-                    self._many.pop(request_id, None)
-                raise
+        try:
+            with self._writing() as broken:
+                ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
+                self._many.update(
+                    zip(ids, ((waiter, index) for index in range(len(ids))), strict=True)
+                )
+                for request_id, body in zip(ids, bodies, strict=True):
+                    parts += (pack_head(fixed + len(body), OP_SEND, request_id), prefix, body)
+                # The background reader reads the answers while this thread writes: the
+                # agent answers as it reads, and with nobody reading, a long write would fill
+                # the socket both ways and stop both sides.
+                self._wake_background()
+                try:
+                    self._write_locked(b"".join(parts), broken)
+                except BaseException:
+                    if not broken:  # nothing went out: only this call fails
+                        for request_id in ids:
+                            self._many.pop(request_id, None)
+                    raise
+        except AgentError:
+            # The connection broke in the middle of the write: failing it failed this call
+            # too, with the events answered stored so far in the error's ``stored``.
+            if waiter.future.done() and not waiter.future.cancelled():
+                error = waiter.future.exception()
+                if isinstance(error, AgentError):
+                    raise error from None
+            raise
         return waiter.future
 
     def send_many(
@@ -776,6 +792,9 @@ class AsyncAgentClient:
             error = exc
         except asyncio.CancelledError:
             error = AgentClosedError("the client stopped reading (its event loop stopped)")
+            # Closed while the loop still runs: a loop closing with the client open would
+            # otherwise leave the socket to the garbage collector.
+            self._writer.transport.abort()
             raise
         finally:
             # However reading ends, nothing waits for an answer that will never come.
