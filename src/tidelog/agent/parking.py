@@ -452,9 +452,16 @@ class ParkedTopic:
                 start, first, count = placed[-1]
                 have = start + max(0, min(count, queue.write_n - first))
             todo.append((partition, group, queue, have))
-            lost.extend(i for i in group[have:] if entries[i] is None)
-        # Recorded before anything after them is placed: an attempt after a crash starts
-        # past them in their groups and would not see them again.
+            # In the partition queue: under a PLACED run, below what the queue has.
+            in_queue = {k for start, _, count in placed or () for k in range(start, start + count)}
+            lost.extend(
+                i
+                for k, i in enumerate(group)
+                if entries[i] is None and not (k < have and k in in_queue)
+            )
+        # Recorded before anything after them is placed, and again by an attempt after a
+        # crash before the commit below (a drop record past the cursor is dropped at load).
+        lost = [i for i in lost if not self.queue.was_dropped(plan.n0 + i)]
         for first, end in _runs(sorted(lost)):
             self.queue.record_damage(plan.n0 + first, plan.n0 + end)
         for partition, group, queue, have in todo:
@@ -516,6 +523,10 @@ class ParkedTopic:
         _log.info(
             "%s: finishing the move of parked events %d..%d", self.topic, plan.n0, plan.n1 - 1
         )
+        # The plan's entries were durable: the queue's recovery may have cut the last of
+        # them as a torn tail (damaged data at its end). New entries must not take their
+        # numbers (nor the read position land inside a new entry): before any append.
+        self.queue.continue_after(plan.end_pos, plan.n1)
         self._finish_plan(plan, pos)
 
     def _entries_of(self, plan: Plan, pos: int) -> list[Entry | None]:

@@ -1236,6 +1236,33 @@ class DiskQueue:
         found = find_next_entry(memoryview(data), pos - seg.base, n)
         return None if found is None else (seg.base + found[0], found[1])
 
+    def continue_after(self, pos: int, n: int) -> bool:
+        """Number new entries from ``n``, at position ``pos``, when the queue ends before
+        them: entries up to there were durable (a parked move's plan names them) and
+        recovery cut the last of them as a torn tail (damaged data at the end of the queue).
+        A new segment starts at ``(pos, n)``, so that no later entry takes their numbers or
+        positions; what is missing reads as damage. Only before anything is appended; False
+        when the queue reaches that far."""
+        with self._lock:
+            if n <= self.write_n:
+                return False
+            if self._buffer or self._syncing or self.write_n != self.durable_n:
+                raise QueueCorruptError(f"{self.directory}: entries were appended since recovery")
+        _log.error(
+            "%s: entries %d to %d were cut as a torn tail although durable (damaged); new "
+            "entries start at %d",
+            self.directory,
+            self.write_n,
+            n - 1,
+            n,
+        )
+        self._roll_file(pos, n)
+        with self._lock:
+            self.write_pos = self.durable_pos = pos
+            self.write_n = self.durable_n = n
+            self._active_bytes = 0
+        return True
+
     def record_damage(self, first: int, end: int) -> None:
         """Entries ``[first, end)``, found damaged by a reader that does not move the cursor
         past them itself (a parked move finishing its plan): counted in ``corrupt`` and
