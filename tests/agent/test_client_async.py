@@ -9,6 +9,7 @@ import asyncio
 import gc
 import socket
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,57 @@ def test_a_client_left_open_when_its_loop_closes_closes_its_socket(served: Path)
         gc.collect()
     leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert leaks == []
+
+
+def test_a_pipeline_through_a_stop_learns_every_event_stored(tmp_path: Path) -> None:
+    """Concurrent sends through a graceful stop: the daemon stops reading, so a write fails;
+    the answers to what it had taken still come, and each of those events is reported
+    stored. Exactly the events the agent stored are answered, the others fail with
+    AgentClosedError, and asyncio logs nothing about the refused writes."""
+    agent = Agent(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "a")}
+    )
+    server = AgentServer(agent, tmp_path / "agent.sock")
+    server.start()
+
+    def stop_once_some_are_stored() -> None:
+        while not any(row["appended"] >= 1000 for row in agent.status()):
+            time.sleep(0.001)
+        server.stop()
+
+    async def run() -> tuple[list[Any], list[str]]:
+        reported: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: reported.append(context["message"])
+        )
+        client = await AsyncAgentClient.connect(tmp_path / "agent.sock", timeout=10)
+        stopper = threading.Thread(target=stop_once_some_are_stored)
+        stopper.start()
+        sends: list[asyncio.Task[EventId]] = []
+        try:
+            while len(sends) < 500_000:  # until the stop refuses the writes
+                sends.append(asyncio.create_task(client.send("t", b"value", partition=0)))
+                if len(sends) % 100 == 0:
+                    await asyncio.sleep(0)
+                    if sends[-100].done() and sends[-100].exception() is not None:
+                        break  # the stop refused the writes
+            outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(stopper.join, 10)
+            await client.close()
+        return outcomes, reported
+
+    try:
+        outcomes, reported = asyncio.run(run())
+        stored = [o for o in outcomes if isinstance(o, EventId)]
+        failed = [o for o in outcomes if not isinstance(o, EventId)]
+        assert all(isinstance(o, AgentClosedError) for o in failed), failed[:3]
+        assert failed, "the stop came after the last send"
+        [row] = agent.status()
+        assert len(stored) == row["appended"] >= 1000
+        assert stored == [EventId("t", 0, n) for n in range(len(stored))]
+        assert all(isinstance(o, EventId) for o in outcomes[: len(stored)])
+        assert reported == []
+    finally:
+        server.stop()
+        agent.close()

@@ -9,7 +9,9 @@ import json
 import resource
 import socket
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
@@ -333,6 +335,81 @@ def test_a_stopping_server_answers_the_requests_it_took(tmp_path: Path) -> None:
         assert answered == [(r, OK) for r in range(len(answered))]
         [row] = agent.status()
         assert row["appended"] == len(answered) <= written[0]
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_a_client_pipelining_through_a_stop_learns_every_event_stored(tmp_path: Path) -> None:
+    """AgentClient.submit() through a graceful stop: the daemon stops reading, so a write
+    fails; the answers to what it had taken still come, and the client reports each of those
+    events stored. Exactly the events the agent stored are answered ok, and the others fail
+    with AgentClosedError (none stored is reported failed, to be sent again)."""
+    agent, server = start(tmp_path)
+    futures: list[Future[EventId]] = []
+    refused: list[BaseException] = []
+    try:
+        client = AgentClient(server.path, timeout=10)
+        stopper: threading.Thread | None = None
+        try:
+            while True:
+                try:
+                    futures.append(client.submit("t", b"value", partition=0))
+                except AgentClosedError as exc:  # the write the stop refused, and later ones
+                    refused.append(exc)
+                    break
+                if len(futures) == 3000:
+                    stopper = threading.Thread(target=server.stop)
+                    stopper.start()
+            assert stopper is not None
+            stopper.join(10)
+            stored = [f.result(10) for f in futures if f.exception(10) is None]
+            failed = [f.exception() for f in futures if f.exception() is not None]
+        finally:
+            client.close()
+        assert all(isinstance(e, AgentClosedError) for e in failed), failed[:3]
+        [row] = agent.status()
+        assert len(stored) == row["appended"] >= 3000
+        assert [e.number for e in stored] == list(range(len(stored)))
+        # The answers are in request order: the stored events are the first ones sent.
+        assert all(f.exception() is None for f in futures[: len(stored)])
+        with pytest.raises(AgentClosedError):
+            client.send("t", b"after")
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_send_many_cut_by_a_stop_names_exactly_the_events_stored(tmp_path: Path) -> None:
+    """A send_many whose write a graceful stop refuses part-way: the error's ``stored`` lists
+    each event the agent stored (its id) and None for the others, once the agent's answers
+    to what it took are in."""
+    agent, server = start(tmp_path)
+    try:
+        client = AgentClient(server.path, timeout=10)
+        try:
+            events: list[tuple[bytes | None, bytes | None]] = [(None, b"v" * 1000)] * 50_000
+
+            def stop_once_some_are_stored() -> None:
+                # The stop lands while the 50 MB write is under way, after a first store.
+                while not any(row["appended"] for row in agent.status()):
+                    time.sleep(0.001)
+                server.stop()
+
+            stopper = threading.Thread(target=stop_once_some_are_stored)
+            stopper.start()
+            with pytest.raises(AgentClosedError) as caught:
+                client.send_many("t", events, partition=0)
+            stopper.join(10)
+        finally:
+            client.close()
+        stored = caught.value.stored
+        assert stored is not None and len(stored) == len(events)
+        ids = [e for e in stored if e is not None]
+        [row] = agent.status()
+        assert 0 < len(ids) == row["appended"] < len(events)
+        assert [e.number for e in ids] == list(range(len(ids)))
+        assert stored[len(ids) :] == [None] * (len(events) - len(ids))
     finally:
         server.stop()
         agent.close()

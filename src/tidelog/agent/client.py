@@ -54,6 +54,21 @@ from tidelog.agent.wire import (
 _SIZE = struct.Struct(">I")
 
 
+def _answer_at(buffer: bytearray, pos: int) -> tuple[int, int, int, bytes] | None:
+    """The answer frame at ``pos`` if it is whole: (position after it, request id, status,
+    payload); None when it is not all there yet."""
+    if len(buffer) - pos < 4:
+        return None
+    (size,) = _SIZE.unpack_from(buffer, pos)
+    if size < 5 or size > MAX_FRAME:
+        raise AgentError(f"the agent sent a frame of {size} bytes")
+    end = pos + 4 + size
+    if len(buffer) < end:
+        return None
+    _, request_id, status = RESPONSE_HEAD.unpack_from(buffer, pos)
+    return end, request_id, status, bytes(buffer[pos + RESPONSE_HEAD.size : end])
+
+
 def _send_payload(
     topic: str,
     value: bytes | None,
@@ -232,6 +247,10 @@ class AgentClient:
         self._many: dict[int, tuple[_Many, int]] = {}
         self._write_lock = threading.Lock()
         self._failure: AgentError | None = None
+        # Set when the agent stopped taking requests (a write failed: it shut its reading
+        # side at a graceful stop, or the connection broke): nothing more is written, but
+        # the answers to what it took are still read, up to the end of the stream.
+        self._writes_closed: AgentError | None = None
         self._buffer = bytearray()
         self._readable = select.poll()
         self._readable.register(self._sock, select.POLLIN)
@@ -283,6 +302,8 @@ class AgentClient:
             with self._write_lock:
                 if self._failure is not None:
                     raise _fresh(self._failure)
+                if self._writes_closed is not None:
+                    raise _fresh(self._writes_closed)
                 yield broken
         finally:
             if broken:
@@ -293,9 +314,12 @@ class AgentClient:
 
         A request written in part leaves the stream in the middle of a frame, so whatever
         stops the write after it began (the agent not reading for ``timeout`` seconds, a
-        ``KeyboardInterrupt``, a broken connection) fails the connection: ``broken`` gets the
-        error, and every request on it fails with it. Stopped before any byte went out, only
-        this request fails.
+        ``KeyboardInterrupt``) fails the connection: ``broken`` gets the error, and every
+        request on it fails with it. Stopped before any byte went out, only this request
+        fails. A write the agent refused (it shut its reading side at a stop, or the
+        connection is gone) closes the writing side only: the request being written fails,
+        while the agent's answers to the requests it took are read to the end of the stream,
+        so that an event it stored is reported stored, not failed with the connection.
         """
         view = memoryview(data)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
@@ -313,22 +337,36 @@ class AgentClient:
                             raise TimeoutError from None
                         raise TimeoutError("the agent did not take the request in time") from None
                     self._writable.poll(None if remaining is None else int(remaining * 1000) + 1)
-        except OSError as exc:
-            # Either way the connection is gone or mid-frame: nothing more can go on it.
-            if isinstance(exc, TimeoutError) and not sent:
+        except TimeoutError:
+            if not sent:
                 raise
-            if isinstance(exc, TimeoutError):
-                why = f"the agent took only part of a request in {self.timeout} s"
-            else:
-                why = f"the connection to the agent failed: {exc}"
+            why = f"the agent took only part of a request in {self.timeout} s"
             self._break_locked(broken, AgentClosedError(why))
             raise broken[0] from None
+        except OSError as exc:
+            raise self._close_writes_locked(
+                AgentClosedError(f"the connection to the agent failed: {exc}")
+            ) from None
         except BaseException:
             if began:
                 self._break_locked(
                     broken, AgentClosedError("a request was interrupted while being written")
                 )
             raise
+
+    def _close_writes_locked(self, error: AgentError) -> AgentError:
+        """The agent refused a write: write nothing more (later requests raise ``error``),
+        and let the reader read what the agent still answers; the end of the stream fails
+        the requests it never answered. Returns the error for the request being written."""
+        if self._failure is not None:
+            return _fresh(self._failure)
+        if self._writes_closed is None:
+            self._writes_closed = error
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+        # Answers still come for requests nobody waits on here (submit()): read them.
+        self._wake_background()
+        return _fresh(self._writes_closed)
 
     def _break_locked(self, broken: list[AgentError], error: AgentError) -> None:
         """Fail the connection from a writer: the failure is set before the socket is shut,
@@ -475,6 +513,7 @@ class AgentClient:
         pack_head = REQUEST_HEAD.pack
         fixed = REQUEST_HEAD.size - 4 + len(prefix)
         parts: list[bytes] = []
+        awaiting_answers = False
         try:
             with self._writing() as broken:
                 ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
@@ -490,13 +529,22 @@ class AgentClient:
                 try:
                     self._write_locked(b"".join(parts), broken)
                 except BaseException:
-                    if not broken:  # nothing went out: only this call fails
+                    # Nothing went out (only this call fails), unless the write broke the
+                    # connection (the reader fails the call) or the agent stopped taking
+                    # requests part-way (the reader fails it at the end of the stream, once
+                    # the answers to what the agent took are in).
+                    if not broken and self._writes_closed is None:
                         for request_id in ids:
                             self._many.pop(request_id, None)
+                    else:
+                        awaiting_answers = True
                     raise
         except AgentError:
-            # The connection broke in the middle of the write: failing it failed this call
-            # too, with the events answered stored so far in the error's ``stored``.
+            # The connection broke or closed in the middle of the write: this call fails
+            # too, with the events answered stored in the error's ``stored``.
+            if awaiting_answers:
+                with contextlib.suppress(TimeoutError):
+                    waiter.future.exception(self.timeout)
             if waiter.future.done() and not waiter.future.cancelled():
                 error = waiter.future.exception()
                 if isinstance(error, AgentError):
@@ -582,15 +630,8 @@ class AgentClient:
         pos = 0
         count = 0
         try:
-            while len(buffer) - pos >= 4:
-                (size,) = _SIZE.unpack_from(buffer, pos)
-                if size < 5 or size > MAX_FRAME:
-                    raise AgentError(f"the agent sent a frame of {size} bytes")
-                if len(buffer) - pos - 4 < size:
-                    break
-                _, request_id, status = RESPONSE_HEAD.unpack_from(buffer, pos)
-                payload = bytes(buffer[pos + RESPONSE_HEAD.size : pos + 4 + size])
-                pos += 4 + size
+            while (answer := _answer_at(buffer, pos)) is not None:
+                pos, request_id, status, payload = answer
                 count += 1
                 many = self._many.pop(request_id, None)
                 if many is not None:
@@ -655,21 +696,30 @@ class AsyncAgentClient:
     connect and each request (the write and the wait for its answer) with a
     ``TimeoutError``; as in :class:`AgentClient` only that call gives up, the connection goes
     on (the request may still be stored).
+
+    It works on the socket itself (the loop's ``sock_recv`` and a writer callback), not on
+    a stream transport: a transport whose write fails stops reading at once, and the answers
+    the agent sent before it stopped taking requests (a graceful stop) would be lost with the
+    connection. Here a refused write closes the writing side only, and the answers are read
+    to the end of the stream, as :class:`AgentClient` does.
     """
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
+    #: Requests wait in ``_drain`` while more than this is buffered, unwritten (the agent
+    #: reads slower than they come), and go on once it is down to ``_LOW_WATER``.
+    _HIGH_WATER = 1 << 16
+    _LOW_WATER = 1 << 14
+
+    def __init__(self, sock: socket.socket, *, timeout: float | None = None) -> None:
+        self._sock = sock
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], int, str]] = {}
         self._failure: AgentError | None = None
+        # Set when the agent stopped taking requests: nothing more is written, the answers
+        # to what it took are still read (see the class's text).
+        self._writes_closed: AgentError | None = None
+        self._unwritten = bytearray()
+        self._drain_waiters: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._task = self._loop.create_task(self._read_loop())
 
@@ -678,14 +728,21 @@ class AsyncAgentClient:
         cls, path: str | os.PathLike[str], *, timeout: float | None = None
     ) -> AsyncAgentClient:
         path = os.fspath(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_unix_connection(path)
+                await asyncio.get_running_loop().sock_connect(sock, path)
         except TimeoutError:
+            sock.close()
             raise TimeoutError(f"cannot connect to the agent at {path} in time") from None
         except OSError as exc:
+            sock.close()
             raise _connect_error(path, exc) from None
-        return cls(reader, writer, timeout=timeout)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, timeout=timeout)
 
     def _check_loop(self) -> None:
         if asyncio.get_running_loop() is self._loop:
@@ -704,12 +761,82 @@ class AsyncAgentClient:
         self._check_loop()
         if self._failure is not None:
             raise _fresh(self._failure)
+        if self._writes_closed is not None:
+            raise _fresh(self._writes_closed)
         _check_frame(len(payload))
         request_id = next(self._ids) & 0xFFFFFFFF
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[request_id] = (future, op, topic)
-        self._writer.write(encode_request(op, request_id, payload))
+        self._write(encode_request(op, request_id, payload))
+        if self._writes_closed is not None:
+            # This write was refused (nothing of it went out whole): only this call fails
+            # now; the requests before it are answered or fail at the end of the stream.
+            self._pending.pop(request_id, None)
+            future.cancel()
+            raise _fresh(self._writes_closed)
         return request_id, future
+
+    def _write(self, data: bytes) -> None:
+        """Write whole frames, or buffer what the socket does not take now (in order)."""
+        if self._unwritten:
+            self._unwritten += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._close_writes(exc)
+            return
+        if sent < len(data):
+            self._unwritten += memoryview(data)[sent:]
+            self._loop.add_writer(self._sock.fileno(), self._write_ready)
+
+    def _write_ready(self) -> None:
+        try:
+            sent = self._sock.send(self._unwritten)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close_writes(exc)
+            return
+        del self._unwritten[:sent]
+        if not self._unwritten:
+            self._loop.remove_writer(self._sock.fileno())
+        if len(self._unwritten) <= self._LOW_WATER:
+            self._release_drain_waiters()
+
+    def _close_writes(self, exc: OSError) -> None:
+        """The agent refused a write (it shut its reading side at a stop, or the connection
+        is gone): write nothing more. Frames not written whole are dropped (never taken, so
+        never answered: they fail at the end of the stream); the reading goes on."""
+        if self._writes_closed is None:
+            self._writes_closed = AgentClosedError(f"the connection to the agent failed: {exc}")
+        self._stop_writing()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+
+    def _stop_writing(self) -> None:
+        if self._unwritten:
+            self._unwritten.clear()
+            with contextlib.suppress(Exception):  # the loop may be closing
+                self._loop.remove_writer(self._sock.fileno())
+        # Requests waiting for room go on to wait for their answers (or the end of the
+        # stream): one written before the refusal may have been stored.
+        self._release_drain_waiters()
+
+    def _release_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _drain(self) -> None:
+        """Wait while the agent has not taken what is buffered (above the high water)."""
+        if len(self._unwritten) > self._HIGH_WATER:
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
 
     async def _call(self, op: int, payload: bytes, topic: str = "") -> Any:
         """Send one request and wait for its answer (within ``timeout``)."""
@@ -734,14 +861,6 @@ class AsyncAgentClient:
             elif not future.cancelled():
                 future.exception()
             raise
-
-    async def _drain(self) -> None:
-        try:
-            await self._writer.drain()
-        except OSError as exc:
-            if self._failure is not None:
-                raise _fresh(self._failure) from None
-            raise AgentClosedError(f"the connection to the agent failed: {exc}") from None
 
     async def send(
         self,
@@ -768,25 +887,19 @@ class AsyncAgentClient:
 
     async def _read_loop(self) -> None:
         error: AgentError = AgentClosedError("the agent closed the connection")
+        buffer = bytearray()
         try:
             while True:
-                head = await self._reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                if size < 5 or size > MAX_FRAME:
-                    raise AgentError(f"the agent sent a frame of {size} bytes")
-                frame = await self._reader.readexactly(size)
-                request_id, status = struct.unpack_from(">IB", frame, 0)
-                entry = self._pending.pop(request_id, None)
-                if entry is None:
-                    continue
-                future, op, topic = entry
-                if future.done():
-                    continue
-                try:
-                    future.set_result(_decode(op, topic, status, frame[5:]))
-                except AgentError as exc:
-                    future.set_exception(exc)
-        except (OSError, asyncio.IncompleteReadError) as exc:
+                chunk = await self._loop.sock_recv(self._sock, 1 << 18)
+                if not chunk:
+                    if buffer:
+                        error = AgentClosedError(
+                            "the connection to the agent ended in the middle of an answer"
+                        )
+                    return
+                buffer += chunk
+                self._dispatch(buffer)
+        except OSError as exc:
             error = AgentClosedError(f"the connection to the agent ended: {exc}")
         except AgentError as exc:
             error = exc
@@ -794,11 +907,31 @@ class AsyncAgentClient:
             error = AgentClosedError("the client stopped reading (its event loop stopped)")
             # Closed while the loop still runs: a loop closing with the client open would
             # otherwise leave the socket to the garbage collector.
-            self._writer.transport.abort()
+            self._stop_writing()
+            self._sock.close()
             raise
         finally:
             # However reading ends, nothing waits for an answer that will never come.
             self._fail(error)
+
+    def _dispatch(self, buffer: bytearray) -> None:
+        """Answer the futures of the whole frames in ``buffer``, and take those frames out."""
+        pos = 0
+        try:
+            while (answer := _answer_at(buffer, pos)) is not None:
+                pos, request_id, status, payload = answer
+                entry = self._pending.pop(request_id, None)
+                if entry is None:
+                    continue
+                future, op, topic = entry
+                if future.done():
+                    continue
+                try:
+                    future.set_result(_decode(op, topic, status, payload))
+                except AgentError as exc:
+                    future.set_exception(exc)
+        finally:
+            del buffer[:pos]
 
     def _fail(self, error: AgentError) -> None:
         """Fail the connection (the first cause stays) and every request waiting on it."""
@@ -808,6 +941,7 @@ class AsyncAgentClient:
         for future, _, _ in pending.values():
             if not future.done():
                 future.set_exception(_fresh(self._failure))
+        self._stop_writing()
 
     async def close(self) -> None:
         """Close at once, whether or not the agent reads: requests still waiting fail with
@@ -818,29 +952,24 @@ class AsyncAgentClient:
             return
         self._shut()
         await asyncio.wait([self._task])
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
 
     def _shut(self) -> None:
-        """Fail what waits, drop the connection and stop reading (on the client's loop)."""
+        """Fail what waits, drop what is unwritten and stop reading (on the client's loop);
+        the socket is closed once the read is cancelled (it no longer watches the socket)."""
         self._fail(AgentClosedError("the client is closed"))
-        transport = self._writer.transport
-        if transport.get_write_buffer_size():
-            transport.abort()  # close() would wait for the agent to read it all
-        else:
-            transport.close()
+        self._stop_writing()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._task.cancel()
+        self._task.add_done_callback(lambda _: self._sock.close())
 
     def _close_from_elsewhere(self) -> None:
         if not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 self._loop.call_soon_threadsafe(self._shut)
                 return
-        # The loop is gone, and its reads with it (they failed what waited): the socket
-        # is shut so the agent sees the end (the transport closes it when collected).
+        # The loop is gone, and its reads with it (they failed what waited and closed the
+        # socket); a socket left open by a loop that never ran the read is closed here.
         if self._failure is None:
             self._failure = AgentClosedError("the client is closed")
-        sock = self._writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
