@@ -10,7 +10,8 @@ then times 100-byte events:
 * over the Unix socket to a ``tidelog agent`` daemon process: ``AgentClient.send`` with 1 and
   8 client threads (each connected before the clock starts), and pipelined
   ``AgentClient.submit_many`` calls of 1000 events, four in flight per client, from 1 and 8
-  clients (a sample: from a call's submission until its events are acknowledged);
+  clients (a sample: from a call's submission until its events are acknowledged), and
+  ``AsyncAgentClient.send_many`` calls of 1000 events, four in flight on one connection;
 * in-process ``Agent.send`` with the cluster unreachable (nothing delivered meanwhile);
 * baselines: confluent-kafka ``produce()`` + ``flush()`` per event with acks=all against the
   same broker, and ``os.write`` + ``os.fdatasync`` per event on the same disk (measured twice:
@@ -26,6 +27,7 @@ last line is JSON with every figure. Figures, never pass/fail.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import json
 import os
@@ -40,7 +42,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from tidelog.agent import Agent, AgentClient, AgentError
+from tidelog.agent import Agent, AgentClient, AgentError, AsyncAgentClient
 
 VALUE = b"v" * 100
 
@@ -232,6 +234,43 @@ def bench_pipelined(
     }
 
 
+def bench_async_pipelined(
+    name: str, sock: Path, topic: str, events: int, batch: int, window: int
+) -> dict[str, Any]:
+    """``AsyncAgentClient.send_many`` of ``batch`` events from ``window`` tasks on one
+    connection (``window`` calls in flight); a sample is one call, from its start until its
+    events are acknowledged."""
+    calls = max(1, events // window // batch)
+    many: list[tuple[bytes | None, bytes | None]] = [(None, VALUE)] * batch
+
+    async def run() -> tuple[float, list[float]]:
+        client = await AsyncAgentClient.connect(sock, timeout=60)
+        latencies: list[float] = []
+        clock = time.perf_counter
+
+        async def task() -> None:
+            for _ in range(calls):
+                t = clock()
+                await client.send_many(topic, many)
+                latencies.append(clock() - t)
+
+        try:
+            start = clock()
+            await asyncio.gather(*(task() for _ in range(window)))
+            return calls * window * batch / (clock() - start), latencies
+        finally:
+            await client.close()
+
+    rate, samples = asyncio.run(run())
+    return {
+        "name": name,
+        "threads": 1,
+        "events_per_s": round(rate),
+        "per_call_events": batch,
+        **percentiles(samples),
+    }
+
+
 def bench_fdatasync(workdir: Path, events: int) -> dict[str, Any]:
     fd = os.open(workdir / "plain.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
     try:
@@ -381,6 +420,17 @@ def main() -> None:
                             setup=client,
                         )
                     )
+                delivered_so_far()
+                results.append(
+                    bench_async_pipelined(
+                        "socket asyncio send_many",
+                        workdir / "agent.sock",
+                        topic,
+                        events * 5,
+                        1000,
+                        4,
+                    )
+                )
                 drained = agent.flush(120)
                 deadline = time.monotonic() + 120
                 while any(q["depth"] for q in client().status()["queues"]):

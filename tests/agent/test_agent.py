@@ -367,27 +367,34 @@ def test_socket_round_trip_sync_async_and_status(
             many = client.send_many(topic, [(b"a", b"v%d" % i) for i in range(500)])
             assert [e.number for e in many] == list(range(first.number + 1, first.number + 501))
 
-            async def async_sends() -> list[EventId]:
+            async def async_sends() -> tuple[list[EventId], list[EventId]]:
                 aclient = await AsyncAgentClient.connect(sock)
                 try:
-                    return list(
-                        await asyncio.gather(
-                            *(aclient.send(topic, b"async%d" % i, key=b"b") for i in range(100))
-                        )
+                    sent = await asyncio.gather(
+                        *(aclient.send(topic, b"async%d" % i, key=b"b") for i in range(100))
                     )
+                    sent_many = await aclient.send_many(
+                        topic, [(b"c", b"amany%d" % i) for i in range(300)]
+                    )
+                    return list(sent), sent_many
                 finally:
                     await aclient.close()
 
-            async_ids = asyncio.run(async_sends())
+            async_ids, async_many = asyncio.run(async_sends())
             assert len({e.number for e in async_ids}) == 100
+            # One call's events: the key's partition, numbered one after the other.
+            assert {e.partition for e in async_many} == {partition_for_key(b"c", 2)}
+            numbers = [e.number for e in async_many]
+            assert numbers == list(range(numbers[0], numbers[0] + 300))
             wait_for(lambda: client.delivery(many[-1]).state == "delivered")
             wait_for(lambda: client.delivery(async_ids[-1]).state == "delivered")
+            wait_for(lambda: client.delivery(async_many[-1]).state == "delivered")
             assert client.delivery(first).offset == 0
             with pytest.raises(Exception, match="refused"):
                 client._request(1, b"\x00\x01t\x00\x00\x00\x00garbage").result(10)
             # The counters follow the persisted read position (which the queries read)
             # once the sender's loop resumes after the commit: an instant later.
-            wait_for(lambda: sum(q["delivered"] for q in client.status()["queues"]) == 601)
+            wait_for(lambda: sum(q["delivered"] for q in client.status()["queues"]) == 901)
         out = subprocess.run(
             [sys.executable, "-m", "tidelog", "agent", "status", "--socket", str(sock)],
             capture_output=True,
@@ -405,7 +412,12 @@ def test_socket_round_trip_sync_async_and_status(
         agent.close()
     records = read_topic(broker.bootstrap, topic, 2)
     values = [v for rs in records.values() for _, _, v in rs]
-    assert len(values) == len(set(values)) == 601
+    assert len(values) == len(set(values)) == 901
+    # The asyncio send_many's events in the order of the call, at their partition.
+    [async_partition] = {e.partition for e in async_many}
+    assert [v for _, _, v in records[async_partition] if v.startswith(b"amany")] == [
+        b"amany%d" % i for i in range(300)
+    ]
 
 
 def test_offsets_and_ages_survive_a_restart(

@@ -19,7 +19,15 @@ import pytest
 from interop_broker import free_port
 from test_client_writes import StalledDaemon, stalled  # noqa: F401 (a fixture)
 
-from tidelog.agent import Agent, AgentClosedError, AgentServer, AsyncAgentClient, EventId
+from tidelog.agent import (
+    Agent,
+    AgentClosedError,
+    AgentError,
+    AgentServer,
+    AsyncAgentClient,
+    EventFormatError,
+    EventId,
+)
 
 
 def released(daemon: StalledDaemon) -> None:
@@ -234,6 +242,73 @@ def test_a_pipeline_through_a_stop_learns_every_event_stored(tmp_path: Path) -> 
         assert stored == [EventId("t", 0, n) for n in range(len(stored))]
         assert all(isinstance(o, EventId) for o in outcomes[: len(stored)])
         assert reported == []
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_send_many_stores_the_events_of_one_call_in_order(served: Path) -> None:
+    async def run() -> None:
+        client = await AsyncAgentClient.connect(served, timeout=30)
+        try:
+            assert await client.send_many("t", [], partition=0) == []
+            with pytest.raises(AgentError, match="partition"):
+                await client.send_many("t", [], partition=-5)
+            with pytest.raises(EventFormatError):
+                await client.send_many("t", [(None, b"ok"), ("key", b"v")], partition=0)  # type: ignore[list-item]
+            events: list[tuple[bytes | None, bytes | None]] = [
+                (b"k%d" % i, b"v%d" % i) for i in range(5000)
+            ]
+            first, second = await asyncio.gather(
+                client.send_many("t", events, partition=0),
+                client.send_many("t", events[:10], partition=1),
+            )
+            assert first == [EventId("t", 0, n) for n in range(5000)]
+            assert second == [EventId("t", 1, n) for n in range(10)]
+            assert await client.send("t", b"after", partition=0) == EventId("t", 0, 5000)
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_send_many_cut_by_a_stop_names_exactly_the_events_stored(tmp_path: Path) -> None:
+    """A send_many whose write a graceful stop refuses part-way: once the agent's answers to
+    what it took are in, the error's ``stored`` names each event it stored."""
+    agent = Agent(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "data.dir": str(tmp_path / "a")}
+    )
+    server = AgentServer(agent, tmp_path / "agent.sock")
+    server.start()
+
+    def stop_once_some_are_stored() -> None:
+        while not any(row["appended"] for row in agent.status()):
+            time.sleep(0.001)
+        server.stop()
+
+    async def run() -> AgentClosedError:
+        client = await AsyncAgentClient.connect(tmp_path / "agent.sock", timeout=30)
+        stopper = threading.Thread(target=stop_once_some_are_stored)
+        stopper.start()
+        try:
+            with pytest.raises(AgentClosedError) as caught:
+                await client.send_many("t", [(None, b"v" * 1000)] * 50_000, partition=0)
+            with pytest.raises(AgentClosedError):
+                await client.send("t", b"after", partition=0)
+            return caught.value
+        finally:
+            await asyncio.to_thread(stopper.join, 10)
+            await client.close()
+
+    try:
+        error = asyncio.run(run())
+        stored = error.stored
+        assert stored is not None and len(stored) == 50_000
+        ids = [e for e in stored if e is not None]
+        [row] = agent.status()
+        assert 0 < len(ids) == row["appended"] < 50_000
+        assert ids == [EventId("t", 0, n) for n in range(len(ids))]
+        assert stored[len(ids) :] == [None] * (50_000 - len(ids))
     finally:
         server.stop()
         agent.close()

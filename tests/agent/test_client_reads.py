@@ -5,6 +5,7 @@ scripted server that holds chosen answers back."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 from agent_helpers import wait_for
 from interop_broker import free_port
 
-from tidelog.agent import Agent, AgentClient, AgentServer, EventId
+from tidelog.agent import Agent, AgentClient, AgentServer, AsyncAgentClient, EventId
 from tidelog.agent.errors import AgentClosedError, QueueFullError
 from tidelog.agent.event import check_body, decode_body
 from tidelog.agent.wire import (
@@ -203,7 +204,8 @@ def test_a_written_request_cannot_be_cancelled_and_reading_goes_on(tmp_path: Pat
 
 def test_send_many_refused_in_part_says_which_events_were_stored(tmp_path: Path) -> None:
     """Under `reject` the daemon stores the events of a send_many up to the queue's budget
-    and refuses the rest, answering each: the error says which were stored, as in-process."""
+    and refuses the rest, answering each: the error says which were stored, as in-process,
+    from the sync client and the asyncio one (on a topic of its own)."""
     agent = Agent(
         {
             "bootstrap.servers": f"127.0.0.1:{free_port()}",
@@ -221,15 +223,28 @@ def test_send_many_refused_in_part_says_which_events_were_stored(tmp_path: Path)
             events: list[tuple[bytes | None, bytes | None]] = [
                 (None, b"%03d" % i + b"v" * 2000) for i in range(200)
             ]
+
+            async def asyncio_send_many() -> QueueFullError:
+                aclient = await AsyncAgentClient.connect(tmp_path / "agent.sock", timeout=30)
+                try:
+                    await aclient.send("u", b"first", partition=0)
+                    with pytest.raises(QueueFullError) as caught:
+                        await aclient.send_many("u", events, partition=0)
+                    return caught.value
+                finally:
+                    await aclient.close()
+
             with pytest.raises(QueueFullError) as caught:
                 client.send_many("t", events, partition=0)
-            stored = caught.value.stored
-            assert stored is not None and len(stored) == 200
-            kept = [event for event in stored if isinstance(event, EventId)]
-            assert 0 < len(kept) < 200 and len(kept) + stored.count(None) == 200
-            assert kept == [EventId("t", 0, n) for n in range(1, len(kept) + 1)]
-            assert client.status()["queues"][0]["appended"] == 1 + len(kept)
-            assert all(client.delivery(event).state == "pending" for event in kept)
+            for topic, error in (("t", caught.value), ("u", asyncio.run(asyncio_send_many()))):
+                stored = error.stored
+                assert stored is not None and len(stored) == 200
+                kept = [event for event in stored if isinstance(event, EventId)]
+                assert 0 < len(kept) < 200 and len(kept) + stored.count(None) == 200
+                assert kept == [EventId(topic, 0, n) for n in range(1, len(kept) + 1)]
+                [row] = [q for q in client.status()["queues"] if q["topic"] == topic]
+                assert row["appended"] == 1 + len(kept)
+                assert all(client.delivery(event).state == "pending" for event in kept)
     finally:
         server.stop()
         agent.close()

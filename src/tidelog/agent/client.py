@@ -23,7 +23,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
@@ -67,6 +67,29 @@ def _answer_at(buffer: bytearray, pos: int) -> tuple[int, int, int, bytes] | Non
         return None
     _, request_id, status = RESPONSE_HEAD.unpack_from(buffer, pos)
     return end, request_id, status, bytes(buffer[pos + RESPONSE_HEAD.size : end])
+
+
+def _many_frames(
+    topic: str,
+    events: list[tuple[bytes | None, bytes | None]],
+    partition: int | None,
+) -> tuple[bytes, list[bytes]]:
+    """The raw topic and partition of a ``send_many`` and the body of each of its events,
+    checked against the frame limit."""
+    prefix = encode_topic_partition(topic, check_partition(partition))
+    bodies = encode_bodies(events, int(time.time() * 1000))
+    _check_frame(len(prefix) + max((len(body) for body in bodies), default=0))
+    return prefix, bodies
+
+
+def _join_frames(prefix: bytes, bodies: list[bytes], ids: list[int]) -> bytes:
+    """One SEND frame per body, with its request id, all in one buffer (one write)."""
+    pack_head = REQUEST_HEAD.pack
+    fixed = REQUEST_HEAD.size - 4 + len(prefix)
+    parts: list[bytes] = []
+    for request_id, body in zip(ids, bodies, strict=True):
+        parts += (pack_head(fixed + len(body), OP_SEND, request_id), prefix, body)
+    return b"".join(parts)
 
 
 def _send_payload(
@@ -166,7 +189,8 @@ def _settle(future: Future[Any], result: Any = None, error: BaseException | None
 
 
 class _Many:
-    """The answers to one :meth:`AgentClient.submit_many`: one future for all of them.
+    """The answers to one :meth:`AgentClient.submit_many` (or ``send_many`` of either
+    client): one future for all of them.
 
     Every event is answered for itself, so the future waits for all the answers: when some
     failed, it fails with the first error, whose ``stored`` lists the id of each event
@@ -184,6 +208,13 @@ class _Many:
         self.results: list[Any] = [None] * count
         self.remaining = count
         self.error: AgentError | None = None
+
+    def answer(self, index: int, status: int, payload: bytes) -> None:
+        """The agent's answer to the call's event at ``index``."""
+        try:
+            self.set(index, _decode(OP_SEND, self.topic, status, payload))
+        except AgentError as exc:
+            self.refused(index, exc)
 
     def set(self, index: int, value: Any) -> None:
         self.results[index] = value
@@ -503,16 +534,11 @@ class AgentClient:
         events: list[tuple[bytes | None, bytes | None]],
         partition: int | None,
     ) -> Future[list[EventId]]:
-        prefix = encode_topic_partition(topic, check_partition(partition))
+        prefix, bodies = _many_frames(topic, events, partition)
         waiter = _Many(len(events), topic)
         if not events:
             waiter.future.set_result([])
             return waiter.future
-        bodies = encode_bodies(events, int(time.time() * 1000))
-        _check_frame(len(prefix) + max(len(body) for body in bodies))
-        pack_head = REQUEST_HEAD.pack
-        fixed = REQUEST_HEAD.size - 4 + len(prefix)
-        parts: list[bytes] = []
         awaiting_answers = False
         try:
             with self._writing() as broken:
@@ -520,14 +546,13 @@ class AgentClient:
                 self._many.update(
                     zip(ids, ((waiter, index) for index in range(len(ids))), strict=True)
                 )
-                for request_id, body in zip(ids, bodies, strict=True):
-                    parts += (pack_head(fixed + len(body), OP_SEND, request_id), prefix, body)
+                frames = _join_frames(prefix, bodies, ids)
                 # The background reader reads the answers while this thread writes: the
                 # agent answers as it reads, and with nobody reading, a long write would fill
                 # the socket both ways and stop both sides.
                 self._wake_background()
                 try:
-                    self._write_locked(b"".join(parts), broken)
+                    self._write_locked(frames, broken)
                 except BaseException:
                     # Nothing went out (only this call fails), unless the write broke the
                     # connection (the reader fails the call) or the agent stopped taking
@@ -635,11 +660,7 @@ class AgentClient:
                 count += 1
                 many = self._many.pop(request_id, None)
                 if many is not None:
-                    waiter, index = many
-                    try:
-                        waiter.set(index, _decode(OP_SEND, waiter.topic, status, payload))
-                    except AgentError as exc:
-                        waiter.refused(index, exc)
+                    many[0].answer(many[1], status, payload)
                     continue
                 entry = self._pending.pop(request_id, None)
                 if entry is None:
@@ -714,6 +735,7 @@ class AsyncAgentClient:
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future[Any], int, str]] = {}
+        self._many: dict[int, tuple[_Many, int]] = {}  # the events of send_many calls
         self._failure: AgentError | None = None
         # Set when the agent stopped taking requests: nothing more is written, the answers
         # to what it took are still read (see the class's text).
@@ -757,40 +779,44 @@ class AsyncAgentClient:
             "(connect one client per event loop)"
         )
 
-    def _request(self, op: int, payload: bytes, topic: str) -> tuple[int, asyncio.Future[Any]]:
+    def _check_open(self) -> None:
         self._check_loop()
         if self._failure is not None:
             raise _fresh(self._failure)
         if self._writes_closed is not None:
             raise _fresh(self._writes_closed)
+
+    def _request(self, op: int, payload: bytes, topic: str) -> tuple[int, asyncio.Future[Any]]:
+        self._check_open()
         _check_frame(len(payload))
         request_id = next(self._ids) & 0xFFFFFFFF
         future: asyncio.Future[Any] = self._loop.create_future()
         self._pending[request_id] = (future, op, topic)
-        self._write(encode_request(op, request_id, payload))
-        if self._writes_closed is not None:
-            # This write was refused (nothing of it went out whole): only this call fails
-            # now; the requests before it are answered or fail at the end of the stream.
+        if not self._write(encode_request(op, request_id, payload)):
             self._pending.pop(request_id, None)
             future.cancel()
-            raise _fresh(self._writes_closed)
+            raise _fresh(self._writes_closed or AgentClosedError("the write was refused"))
         return request_id, future
 
-    def _write(self, data: bytes) -> None:
-        """Write whole frames, or buffer what the socket does not take now (in order)."""
+    def _write(self, data: bytes) -> bool:
+        """Write whole frames, or buffer what the socket does not take now (in order).
+        False when the agent refused the write and nothing of ``data`` went out: only the
+        caller's requests fail now; those before them are answered or fail at the end of
+        the stream."""
         if self._unwritten:
             self._unwritten += data
-            return
+            return True
         try:
             sent = self._sock.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:
             self._close_writes(exc)
-            return
+            return False
         if sent < len(data):
             self._unwritten += memoryview(data)[sent:]
             self._loop.add_writer(self._sock.fileno(), self._write_ready)
+        return True
 
     def _write_ready(self) -> None:
         try:
@@ -838,20 +864,25 @@ class AsyncAgentClient:
             self._drain_waiters.append(waiter)
             await waiter
 
+    async def _answer(self, answer: Awaitable[Any]) -> Any:
+        """Wait for the agent to take what was written, then for ``answer``, within
+        ``timeout`` in all."""
+        written = False
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._drain()
+                written = True
+                return await answer
+        except TimeoutError:
+            if written:
+                raise TimeoutError("no answer from the agent in time") from None
+            raise TimeoutError("the agent did not take the request in time") from None
+
     async def _call(self, op: int, payload: bytes, topic: str = "") -> Any:
         """Send one request and wait for its answer (within ``timeout``)."""
         request_id, future = self._request(op, payload, topic)
-        written = False
         try:
-            try:
-                async with asyncio.timeout(self.timeout):
-                    await self._drain()
-                    written = True
-                    return await future
-            except TimeoutError:
-                if written:
-                    raise TimeoutError("no answer from the agent in time") from None
-                raise TimeoutError("the agent did not take the request in time") from None
+            return await self._answer(future)
         except BaseException:
             # Given up (an error, a timeout, a cancellation): the answer, if one comes, is
             # for nobody, and an error set on the future is never "never retrieved".
@@ -876,6 +907,35 @@ class AsyncAgentClient:
             OP_SEND, _send_payload(topic, value, key, headers, partition, timestamp), topic
         )
         return result
+
+    async def send_many(
+        self,
+        topic: str,
+        events: list[tuple[bytes | None, bytes | None]],
+        *,
+        partition: int | None = None,
+    ) -> list[EventId]:
+        """(key, value) events in one write; returns their ids once all are durable. When
+        some were refused it raises the first error, whose ``stored`` names the events
+        stored, as :meth:`AgentClient.send_many` does."""
+        self._check_loop()
+        prefix, bodies = _many_frames(topic, events, partition)
+        if not events:
+            return []
+        self._check_open()
+        waiter = _Many(len(events), topic)
+        ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
+        self._many.update(zip(ids, ((waiter, index) for index in range(len(ids))), strict=True))
+        try:
+            if not self._write(_join_frames(prefix, bodies, ids)):
+                raise _fresh(self._writes_closed or AgentClosedError("the write was refused"))
+            result: list[EventId] = await self._answer(asyncio.wrap_future(waiter.future))
+            return result
+        except BaseException:
+            # Given up or failed: answers still to come are for nobody.
+            for request_id in ids:
+                self._many.pop(request_id, None)
+            raise
 
     async def delivery(self, event: EventId | str) -> Delivery:
         result: Delivery = await self._call(OP_QUERY, _query_payload(event))
@@ -920,6 +980,10 @@ class AsyncAgentClient:
         try:
             while (answer := _answer_at(buffer, pos)) is not None:
                 pos, request_id, status, payload = answer
+                many = self._many.pop(request_id, None)
+                if many is not None:
+                    many[0].answer(many[1], status, payload)
+                    continue
                 entry = self._pending.pop(request_id, None)
                 if entry is None:
                     continue
@@ -941,6 +1005,9 @@ class AsyncAgentClient:
         for future, _, _ in pending.values():
             if not future.done():
                 future.set_exception(_fresh(self._failure))
+        waiting, self._many = self._many, {}
+        for waiter, _ in waiting.values():
+            waiter.fail(self._failure)
         self._stop_writing()
 
     async def close(self) -> None:
