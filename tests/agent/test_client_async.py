@@ -312,3 +312,28 @@ def test_send_many_cut_by_a_stop_names_exactly_the_events_stored(tmp_path: Path)
     finally:
         server.stop()
         agent.close()
+
+
+def test_a_send_many_cancelled_before_close_leaves_no_error_unretrieved(served: Path) -> None:
+    """The usual shutdown: cancel the tasks, then close the client. The send_many's answers,
+    failed by the close, are for nobody; nothing is reported as never retrieved."""
+
+    async def run() -> list[str]:
+        reported: list[str] = []
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: reported.append(context["message"])
+        )
+        client = await AsyncAgentClient.connect(served, timeout=10)
+        task = asyncio.create_task(
+            client.send_many("t", [(None, b"v" * 100)] * 200_000, partition=0)
+        )
+        await asyncio.sleep(0.05)  # written in part, waiting in _drain
+        task.cancel()
+        await client.close()
+        await asyncio.gather(task, return_exceptions=True)
+        del task
+        gc.collect()
+        await asyncio.sleep(0.1)
+        return reported
+
+    assert asyncio.run(run()) == []

@@ -413,3 +413,43 @@ def test_send_many_cut_by_a_stop_names_exactly_the_events_stored(tmp_path: Path)
     finally:
         server.stop()
         agent.close()
+
+
+def test_submit_many_refused_part_way_returns_without_waiting(tmp_path: Path) -> None:
+    """submit_many() from a future's callback (which runs on the thread reading the
+    answers) after the daemon began a stop: its write is refused, and it returns its future
+    at once rather than wait for the end of the stream on the thread that must read it; the
+    answers already sent come in, and the future fails once they are all in."""
+    agent, server = start(tmp_path)
+    outcome: list[object] = []
+    try:
+        client = AgentClient(server.path, timeout=10)
+
+        def follow_up(_: object) -> None:
+            threading.Thread(target=server.stop).start()
+            time.sleep(0.3)  # the daemon has shut its reading side by now
+            began = time.monotonic()
+            try:
+                many = client.submit_many("t", [(None, b"follow-up")] * 10, partition=0)
+                outcome.extend((many, time.monotonic() - began))
+            except AgentError as exc:
+                outcome.extend((exc, time.monotonic() - began))
+
+        try:
+            # At once: the answer takes a round trip and a group commit.
+            client.submit("t", b"v", partition=0).add_done_callback(follow_up)
+            for _ in range(19):
+                client.submit("t", b"v", partition=0)
+            last = client.submit("t", b"last", partition=0)
+            assert last.result(10) == EventId("t", 0, 20)
+            many, took = outcome
+            assert isinstance(many, Future) and took < 2.0, outcome
+            with pytest.raises(AgentClosedError):
+                many.result(10)
+        finally:
+            client.close()
+        [row] = agent.status()
+        assert row["appended"] == 21
+    finally:
+        server.stop()
+        agent.close()

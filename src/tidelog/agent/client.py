@@ -539,7 +539,7 @@ class AgentClient:
         if not events:
             waiter.future.set_result([])
             return waiter.future
-        awaiting_answers = False
+        refused_part_way = False
         try:
             with self._writing() as broken:
                 ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
@@ -554,22 +554,22 @@ class AgentClient:
                 try:
                     self._write_locked(frames, broken)
                 except BaseException:
-                    # Nothing went out (only this call fails), unless the write broke the
-                    # connection (the reader fails the call) or the agent stopped taking
-                    # requests part-way (the reader fails it at the end of the stream, once
-                    # the answers to what the agent took are in).
-                    if not broken and self._writes_closed is None:
+                    if broken:
+                        pass  # the connection failed, and this call with it (below)
+                    elif self._writes_closed is not None:
+                        # The agent stopped taking requests part-way: the future fails at
+                        # the end of the stream, once the answers to what the agent took
+                        # are in (not waited for here: this may be the reading thread).
+                        refused_part_way = True
+                    else:  # nothing went out: only this call fails
                         for request_id in ids:
                             self._many.pop(request_id, None)
-                    else:
-                        awaiting_answers = True
                     raise
         except AgentError:
-            # The connection broke or closed in the middle of the write: this call fails
-            # too, with the events answered stored in the error's ``stored``.
-            if awaiting_answers:
-                with contextlib.suppress(TimeoutError):
-                    waiter.future.exception(self.timeout)
+            if refused_part_way:
+                return waiter.future
+            # The connection broke in the middle of the write: failing it failed this call
+            # too, with the events answered stored so far in the error's ``stored``.
             if waiter.future.done() and not waiter.future.cancelled():
                 error = waiter.future.exception()
                 if isinstance(error, AgentError):
@@ -926,15 +926,21 @@ class AsyncAgentClient:
         waiter = _Many(len(events), topic)
         ids = [next(self._ids) & 0xFFFFFFFF for _ in bodies]
         self._many.update(zip(ids, ((waiter, index) for index in range(len(ids))), strict=True))
+        answered = asyncio.wrap_future(waiter.future)
         try:
             if not self._write(_join_frames(prefix, bodies, ids)):
                 raise _fresh(self._writes_closed or AgentClosedError("the write was refused"))
-            result: list[EventId] = await self._answer(asyncio.wrap_future(waiter.future))
+            result: list[EventId] = await self._answer(answered)
             return result
         except BaseException:
-            # Given up or failed: answers still to come are for nobody.
+            # Given up or failed: answers still to come are for nobody, and an error set on
+            # the future is never "never retrieved".
             for request_id in ids:
                 self._many.pop(request_id, None)
+            if not answered.done():
+                answered.cancel()
+            elif not answered.cancelled():
+                answered.exception()
             raise
 
     async def delivery(self, event: EventId | str) -> Delivery:
