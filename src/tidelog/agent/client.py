@@ -261,7 +261,9 @@ class AgentClient:
     back without a hand-off to a reader thread and back (about 100 µs at the median). A
     background thread reads for futures nobody waits on here (:meth:`submit`,
     :meth:`submit_many`). The reader sets every future its reads answer, so callbacks added
-    to a future run on whichever thread that was.
+    to a future run on whichever thread that was: a callback may submit, but a call that
+    waits for an answer (``send``, ``send_many``, ``delivery``, ``status``) would wait for
+    the very thread it runs on, and ends with ``TimeoutError`` after ``timeout``.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = 30.0) -> None:
