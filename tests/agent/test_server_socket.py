@@ -16,6 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
+from agent_helpers import wait_for
 from interop_broker import free_port
 
 from tidelog.agent import (
@@ -450,6 +451,41 @@ def test_submit_many_refused_part_way_returns_without_waiting(tmp_path: Path) ->
             client.close()
         [row] = agent.status()
         assert row["appended"] == 21
+    finally:
+        server.stop()
+        agent.close()
+
+
+def test_send_many_cut_by_close_names_the_events_answered_stored(tmp_path: Path) -> None:
+    """close() from another thread while a large send_many is being written: the call fails
+    with "the client is closed", and its ``stored`` names the events the agent had answered
+    as stored (the agent stored them: an application trusting the error would send them
+    again otherwise)."""
+    agent, server = start(tmp_path)
+    outcome: list[BaseException] = []
+    try:
+        client = AgentClient(server.path, timeout=30)
+
+        def send() -> None:
+            try:
+                client.send_many("t", [(None, b"v" * 50)] * 300_000, partition=0)
+            except AgentError as exc:
+                outcome.append(exc)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        wait_for(lambda: any(row["appended"] >= 20_000 for row in agent.status()))
+        client.close()
+        sender.join(30)
+        [error] = outcome
+        assert isinstance(error, AgentClosedError) and "closed" in str(error)
+        stored = error.stored
+        assert stored is not None and len(stored) == 300_000
+        ids = [e for e in stored if e is not None]
+        [row] = agent.status()
+        # Answered stored before the close: at least some, and only events the agent has.
+        assert 0 < len(ids) <= row["appended"] < 300_000
+        assert ids == [EventId("t", 0, n) for n in range(len(ids))]
     finally:
         server.stop()
         agent.close()

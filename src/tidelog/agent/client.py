@@ -261,9 +261,11 @@ class AgentClient:
     back without a hand-off to a reader thread and back (about 100 µs at the median). A
     background thread reads for futures nobody waits on here (:meth:`submit`,
     :meth:`submit_many`). The reader sets every future its reads answer, so callbacks added
-    to a future run on whichever thread that was: a callback may submit, but a call that
-    waits for an answer (``send``, ``send_many``, ``delivery``, ``status``) would wait for
-    the very thread it runs on, and ends with ``TimeoutError`` after ``timeout``.
+    to a future run on whichever thread that was: a callback may submit (a ``submit_many``
+    larger than the socket's buffers stalls: nobody reads the answers while it writes), but
+    a call that waits for an answer (``send``, ``send_many``, ``delivery``, ``status``)
+    would wait for the very thread it runs on, and ends with ``TimeoutError`` after
+    ``timeout``.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = 30.0) -> None:
@@ -377,6 +379,11 @@ class AgentClient:
             self._break_locked(broken, AgentClosedError(why))
             raise broken[0] from None
         except OSError as exc:
+            if self._failure is not None:
+                # Failed already (closed by the application, broken under a reader): the
+                # requests fail with that cause, those answered ok named as stored.
+                self._break_locked(broken, self._failure)
+                raise broken[0] from None
             raise self._close_writes_locked(
                 AgentClosedError(f"the connection to the agent failed: {exc}")
             ) from None
@@ -391,8 +398,6 @@ class AgentClient:
         """The agent refused a write: write nothing more (later requests raise ``error``),
         and let the reader read what the agent still answers; the end of the stream fails
         the requests it never answered. Returns the error for the request being written."""
-        if self._failure is not None:
-            return _fresh(self._failure)
         if self._writes_closed is None:
             self._writes_closed = error
         with contextlib.suppress(OSError):
