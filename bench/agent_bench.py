@@ -11,7 +11,8 @@ then times 100-byte events:
   8 client threads (each connected before the clock starts), and pipelined
   ``AgentClient.submit_many`` calls of 1000 events, four in flight per client, from 1 and 8
   clients (a sample: from a call's submission until its events are acknowledged), and
-  ``AsyncAgentClient.send_many`` calls of 1000 events, four in flight on one connection;
+  ``AsyncAgentClient.send_many`` calls of 1000 events, four in flight on one connection,
+  beside ``AsyncAgentClient.send`` of one event, 1000 at a time on one connection;
 * in-process ``Agent.send`` with the cluster unreachable (nothing delivered meanwhile);
 * baselines: confluent-kafka ``produce()`` + ``flush()`` per event with acks=all against the
   same broker, and ``os.write`` + ``os.fdatasync`` per event on the same disk (measured twice:
@@ -271,6 +272,35 @@ def bench_async_pipelined(
     }
 
 
+def bench_async_concurrent(
+    name: str, sock: Path, topic: str, events: int, window: int
+) -> dict[str, Any]:
+    """``AsyncAgentClient.send`` of one event each, ``window`` at a time on one connection
+    (what an asyncio application had before ``send_many``); a sample is one send, from its
+    start until its event is acknowledged."""
+
+    async def run() -> tuple[float, list[float]]:
+        client = await AsyncAgentClient.connect(sock, timeout=60)
+        latencies: list[float] = []
+        clock = time.perf_counter
+
+        async def send() -> None:
+            t = clock()
+            await client.send(topic, VALUE)
+            latencies.append(clock() - t)
+
+        try:
+            start = clock()
+            for _ in range(max(1, events // window)):
+                await asyncio.gather(*(send() for _ in range(window)))
+            return len(latencies) / (clock() - start), latencies
+        finally:
+            await client.close()
+
+    rate, samples = asyncio.run(run())
+    return {"name": name, "threads": 1, "events_per_s": round(rate), **percentiles(samples)}
+
+
 def bench_fdatasync(workdir: Path, events: int) -> dict[str, Any]:
     fd = os.open(workdir / "plain.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
     try:
@@ -420,6 +450,16 @@ def main() -> None:
                             setup=client,
                         )
                     )
+                delivered_so_far()
+                results.append(
+                    bench_async_concurrent(
+                        "socket asyncio send, 1000 at a time",
+                        workdir / "agent.sock",
+                        topic,
+                        events,
+                        1000,
+                    )
+                )
                 delivered_so_far()
                 results.append(
                     bench_async_pipelined(
