@@ -69,6 +69,41 @@ def _answer_at(buffer: bytearray, pos: int) -> tuple[int, int, int, bytes] | Non
     return end, request_id, status, bytes(buffer[pos + RESPONSE_HEAD.size : end])
 
 
+# What a client waits on per request id: a request's future, with its op and topic...
+_Pending = tuple["Future[Any] | asyncio.Future[Any]", int, str]
+# ... or one event of a send_many call: its _Many and its index in the call.
+_ManyEntry = tuple["_Many", int]
+
+
+def _dispatch_answers(
+    buffer: bytearray, pending: dict[int, _Pending], many: dict[int, _ManyEntry]
+) -> int:
+    """Answer the requests of the whole answer frames in ``buffer``; how many frames there
+    were. The frames dispatched leave the buffer even if dispatching stops half-way (an
+    exception from a future's callback, a frame of impossible size)."""
+    pos = 0
+    count = 0
+    try:
+        while (answer := _answer_at(buffer, pos)) is not None:
+            pos, request_id, status, payload = answer
+            count += 1
+            event = many.pop(request_id, None)
+            if event is not None:
+                event[0].answer(event[1], status, payload)
+                continue
+            entry = pending.pop(request_id, None)
+            if entry is None:
+                continue  # given up on (a timeout, a cancellation)
+            future, op, topic = entry
+            try:
+                _settle(future, _decode(op, topic, status, payload))
+            except AgentError as exc:
+                _settle(future, error=exc)
+    finally:
+        del buffer[:pos]
+    return count
+
+
 def _many_frames(
     topic: str,
     events: list[tuple[bytes | None, bytes | None]],
@@ -176,9 +211,13 @@ def _fresh(error: AgentError) -> AgentError:
     return copy.copy(error)
 
 
-def _settle(future: Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+def _settle(
+    future: Future[Any] | asyncio.Future[Any],
+    result: Any = None,
+    error: BaseException | None = None,
+) -> None:
     """Set ``future`` unless it is done already (a reader never dies of a future it cannot
-    set)."""
+    set; an asyncio one is set on its loop's thread, so done() cannot change meanwhile)."""
     if future.done():
         return
     with contextlib.suppress(InvalidStateError):
@@ -278,8 +317,8 @@ class AgentClient:
             self._sock.close()
             raise _connect_error(self.path, exc) from None
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Future[Any], int, str]] = {}
-        self._many: dict[int, tuple[_Many, int]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._many: dict[int, _ManyEntry] = {}
         self._write_lock = threading.Lock()
         self._failure: AgentError | None = None
         # Set when the agent stopped taking requests (a write failed: it shut its reading
@@ -656,30 +695,8 @@ class AgentClient:
             self._fail(exc)
 
     def _dispatch(self) -> int:
-        """Set the futures of the whole frames in the buffer; how many frames there were.
-        The frames dispatched leave the buffer even if dispatching stops half-way."""
-        buffer = self._buffer
-        pos = 0
-        count = 0
-        try:
-            while (answer := _answer_at(buffer, pos)) is not None:
-                pos, request_id, status, payload = answer
-                count += 1
-                many = self._many.pop(request_id, None)
-                if many is not None:
-                    many[0].answer(many[1], status, payload)
-                    continue
-                entry = self._pending.pop(request_id, None)
-                if entry is None:
-                    continue
-                future, op, topic = entry
-                try:
-                    _settle(future, _decode(op, topic, status, payload))
-                except AgentError as exc:
-                    _settle(future, error=exc)
-        finally:
-            del buffer[:pos]
-        return count
+        """Set the futures of the whole frames in the buffer; how many frames there were."""
+        return _dispatch_answers(self._buffer, self._pending, self._many)
 
     def _fail(self, error: AgentError) -> None:
         with self._write_lock:
@@ -741,8 +758,8 @@ class AsyncAgentClient:
         self._sock = sock
         self.timeout = timeout
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[asyncio.Future[Any], int, str]] = {}
-        self._many: dict[int, tuple[_Many, int]] = {}  # the events of send_many calls
+        self._pending: dict[int, _Pending] = {}
+        self._many: dict[int, _ManyEntry] = {}  # the events of send_many calls
         self._failure: AgentError | None = None
         # Set when the agent stopped taking requests: nothing more is written, the answers
         # to what it took are still read (see the class's text).
@@ -971,7 +988,7 @@ class AsyncAgentClient:
                         )
                     return
                 buffer += chunk
-                self._dispatch(buffer)
+                _dispatch_answers(buffer, self._pending, self._many)
         except OSError as exc:
             error = AgentClosedError(f"the connection to the agent ended: {exc}")
         except AgentError as exc:
@@ -986,29 +1003,6 @@ class AsyncAgentClient:
         finally:
             # However reading ends, nothing waits for an answer that will never come.
             self._fail(error)
-
-    def _dispatch(self, buffer: bytearray) -> None:
-        """Answer the futures of the whole frames in ``buffer``, and take those frames out."""
-        pos = 0
-        try:
-            while (answer := _answer_at(buffer, pos)) is not None:
-                pos, request_id, status, payload = answer
-                many = self._many.pop(request_id, None)
-                if many is not None:
-                    many[0].answer(many[1], status, payload)
-                    continue
-                entry = self._pending.pop(request_id, None)
-                if entry is None:
-                    continue
-                future, op, topic = entry
-                if future.done():
-                    continue
-                try:
-                    future.set_result(_decode(op, topic, status, payload))
-                except AgentError as exc:
-                    future.set_exception(exc)
-        finally:
-            del buffer[:pos]
 
     def _fail(self, error: AgentError) -> None:
         """Fail the connection (the first cause stays) and every request waiting on it."""
