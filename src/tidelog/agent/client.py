@@ -104,6 +104,15 @@ def _dispatch_answers(
     return count
 
 
+def _discard(future: asyncio.Future[Any]) -> None:
+    """An answer given up on: cancelled if still to come, its error read if it came (so
+    that asyncio never reports it as "never retrieved")."""
+    if not future.done():
+        future.cancel()
+    elif not future.cancelled():
+        future.exception()
+
+
 def _many_frames(
     topic: str,
     events: list[tuple[bytes | None, bytes | None]],
@@ -911,10 +920,7 @@ class AsyncAgentClient:
             # Given up (an error, a timeout, a cancellation): the answer, if one comes, is
             # for nobody, and an error set on the future is never "never retrieved".
             self._pending.pop(request_id, None)
-            if not future.done():
-                future.cancel()
-            elif not future.cancelled():
-                future.exception()
+            _discard(future)
             raise
 
     async def send(
@@ -961,10 +967,7 @@ class AsyncAgentClient:
             # the future is never "never retrieved".
             for request_id in ids:
                 self._many.pop(request_id, None)
-            if not answered.done():
-                answered.cancel()
-            elif not answered.cancelled():
-                answered.exception()
+            _discard(answered)
             raise
 
     async def delivery(self, event: EventId | str) -> Delivery:
