@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -53,11 +54,25 @@ DeliveryReport = KafkaError | tuple[int, int]
 
 
 def produce_reports(
-    broker: BrokerProcess, topic: str, records: Sequence[Rec], **config: object
+    broker: BrokerProcess,
+    topic: str,
+    records: Sequence[Rec],
+    *,
+    topic_known: bool = False,
+    **config: object,
 ) -> list[DeliveryReport]:
     """Writes `records` with one producer (`config` added to or overriding its defaults) and
-    flushes it; returns every record's delivery report, in order, failed ones included."""
+    flushes it; returns every record's delivery report, in order, failed ones included.
+
+    `topic_known`: the producer loads the topic's metadata before the first record, so that
+    each record goes straight to its partition's queue and waits out `linger.ms` there.
+    Otherwise librdkafka holds the records it cannot place yet and moves them to the
+    partition one at a time once the metadata arrives; during flush() (no linger) its
+    broker thread may send each moved record on its own, so records meant for one batch
+    can travel in several (seen on a loaded CI machine)."""
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **config})
+    if topic_known:
+        await_partitions(producer, topic, {r.partition for r in records if r.partition is not None})
     reports: dict[int, DeliveryReport] = {}
 
     def on_delivery(index: int) -> object:
@@ -78,6 +93,19 @@ def produce_reports(
         )
     assert producer.flush(TIMEOUT) == 0, "records still queued after flush"
     return [reports[i] for i in range(len(records))]
+
+
+def await_partitions(producer: Producer, topic: str, partitions: set[int]) -> None:
+    """Waits until `producer`'s metadata has a leader for each of `partitions` of `topic`."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        found = producer.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
+        if found is not None and found.error is None:
+            led = found.partitions
+            if all(p in led and led[p].leader >= 0 for p in partitions):
+                return
+        assert time.monotonic() < deadline, f"no leader for {topic} {sorted(partitions)}"
+        time.sleep(0.1)
 
 
 def produce(

@@ -90,8 +90,9 @@ TOO_NEW = 2 * HOUR_MS
 # Inside the window by a minute: the test takes seconds between stamping and producing.
 OLD_BUT_IN_RANGE = -59 * 60_000
 # Long enough that the three records of a send loop travel in one batch, even on a loaded
-# CI machine (200 ms was not: the first record once went alone). The clients' flush() sends
-# a lingering batch at once (librdkafka, kafka-python, Java); aiokafka waits it out.
+# CI machine. The clients' flush() sends a lingering batch at once (librdkafka, kafka-python,
+# Java); aiokafka waits it out. librdkafka also needs the topic's metadata before the first
+# record (`topic_known` in ck_produce_batch), or flush() may send the records one by one.
 LINGER_MS = 3000
 TIMEOUT = 30.0
 
@@ -149,7 +150,7 @@ def ck_produce_batch(
 ) -> list[ck.DeliveryReport]:
     """Sends `records` with one producer in one batch; returns each one's delivery report:
     a KafkaError, or (partition, offset)."""
-    return ck.produce_reports(broker, topic, records, **{"linger.ms": LINGER_MS})
+    return ck.produce_reports(broker, topic, records, topic_known=True, **{"linger.ms": LINGER_MS})
 
 
 def ck_read_all(broker: BrokerProcess, topic: str) -> list[Got]:
