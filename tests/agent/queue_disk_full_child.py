@@ -99,7 +99,10 @@ def roll(root: Path) -> dict[str, Any]:
 
     sender = threading.Thread(target=append)
     sender.start()
-    sender.join(1.0)
+    # Until the append meets the full disk (a loaded machine may take more than a moment).
+    deadline = time.monotonic() + 10
+    while sender.is_alive() and not queue.disk_full and time.monotonic() < deadline:
+        time.sleep(0.01)
     waited_while_full = sender.is_alive() and queue.disk_full
     filler.free()
     sender.join(30)
@@ -284,8 +287,12 @@ def roll_then_close(root: Path) -> dict[str, Any]:
         ),
     ]
     for caller in callers:
+        buffered = queue.write_n
         caller.start()
-        time.sleep(0.2)
+        # Each caller's entries are buffered before the next caller starts: their order.
+        deadline = time.monotonic() + 10
+        while queue.write_n == buffered and time.monotonic() < deadline:
+            time.sleep(0.005)
     with queue._lock:
         queue._syncing = False
         queue._batch.notify_all()

@@ -5,6 +5,7 @@ as a whole, never carry another request behind half a frame."""
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
 import socket
 import struct
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_helpers import wait_for
 
 from tidelog.agent import AgentClient, AgentClosedError
 from tidelog.agent.wire import OP_SEND, REQUEST_HEAD
@@ -116,6 +118,17 @@ def test_a_request_the_agent_takes_only_in_part_fails_the_connection(
     check_stream(stalled)
 
 
+def interrupt_when_stuck_writing(client: AgentClient, thread: int) -> None:
+    """SIGINT to ``thread`` once it is stuck in the middle of a write: it holds the write
+    lock and the socket takes no more (not after a fixed delay: building the frames of a
+    big write takes a loaded machine long enough that the signal would come first)."""
+    deadline = time.monotonic() + 30
+    while client._write_lock.locked() is False or select.select([], [client._sock], [], 0)[1]:
+        assert time.monotonic() < deadline, "the write never got stuck"
+        time.sleep(0.005)
+    signal.pthread_kill(thread, signal.SIGINT)
+
+
 def test_a_request_interrupted_while_written_fails_the_connection(
     stalled: StalledDaemon,
 ) -> None:
@@ -124,11 +137,11 @@ def test_a_request_interrupted_while_written_fails_the_connection(
     client = AgentClient(stalled.path, timeout=None)
     try:
         before = client.submit("t", b"before", partition=0)
-        timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
-        timer.start()
+        interrupter = threading.Thread(target=interrupt_when_stuck_writing, args=(client, main))
+        interrupter.start()
         with pytest.raises(KeyboardInterrupt):
             client.send_many("t", BIG, partition=0)
-        timer.join()
+        interrupter.join()
         with pytest.raises(AgentClosedError, match="interrupted while being written"):
             before.result(5)
         stalled.release.set()  # the agent reads again: still nothing more goes out
@@ -205,9 +218,13 @@ def test_a_caller_waiting_when_another_breaks_the_connection_gets_the_cause(
             except BaseException as exc:
                 outcome.append(exc)
 
+        # The background thread reads (for `first`), so the caller below waits for it.
+        wait_for(lambda: client._reading, timeout=10)
         waiting = threading.Thread(target=caller)
         waiting.start()
-        time.sleep(0.2)
+        # The caller has written its request and waits, its deadline taken from the
+        # timeout of 10 s, before the timeout is lowered for the big write below.
+        wait_for(lambda: client._callers_waiting == 1, timeout=10)
         client.timeout = 0.5  # the big write below gives up after 0.5 s
         with pytest.raises(AgentClosedError, match="took only part"):
             client.send_many("t", BIG, partition=0)

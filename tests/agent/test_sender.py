@@ -160,7 +160,9 @@ class FakeAgent:
 
 async def deliver(sender: Sender, until: int) -> None:
     sender.start()
-    while sender.queue.cursor.read_n < until:
+    # The sender's own position, not the cursor's: the cursor moves in the commit's worker
+    # thread before the commit returns and the sender counts the batch.
+    while sender.n < until:
         await asyncio.sleep(0.005)
     await sender.stop()
 
