@@ -123,7 +123,7 @@ def interrupt_when_stuck_writing(client: AgentClient, thread: int) -> None:
     lock and the socket takes no more (not after a fixed delay: building the frames of a
     big write takes a loaded machine long enough that the signal would come first)."""
     deadline = time.monotonic() + 30
-    while client._write_lock.locked() is False or select.select([], [client._sock], [], 0)[1]:
+    while not client._write_lock.locked() or select.select([], [client._sock], [], 0)[1]:
         assert time.monotonic() < deadline, "the write never got stuck"
         time.sleep(0.005)
     signal.pthread_kill(thread, signal.SIGINT)
