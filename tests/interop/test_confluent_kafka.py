@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Sequence
 
@@ -97,15 +96,14 @@ def produce_reports(
 
 def await_partitions(producer: Producer, topic: str, partitions: set[int]) -> None:
     """Waits until `producer`'s metadata has a leader for each of `partitions` of `topic`."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+
+    def led() -> bool:
         found = producer.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
-        if found is not None and found.error is None:
-            led = found.partitions
-            if all(p in led and led[p].leader >= 0 for p in partitions):
-                return
-        assert time.monotonic() < deadline, f"no leader for {topic} {sorted(partitions)}"
-        time.sleep(0.1)
+        if found is None or found.error is not None:
+            return False
+        return all(p in found.partitions and found.partitions[p].leader >= 0 for p in partitions)
+
+    wait_until(led, f"a leader for {topic} {sorted(partitions)}", TIMEOUT)
 
 
 def produce(
