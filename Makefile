@@ -10,8 +10,9 @@ DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless
 
 test: deps lint typecheck layers pytest
 
+# Extra flags pass through: make serve ARGS="--port 19092 --data-dir /tmp/t"
 serve: venv
-	$(BIN)/tidelog serve
+	$(BIN)/tidelog serve $(ARGS)
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) is required"; exit 1; }

@@ -37,13 +37,14 @@ from tidelog.storage.log import (
     RecoveryReport,
     TimestampOffset,
 )
-from tidelog.storage.manager import LogManager
+from tidelog.storage.manager import LOG_DIR_LOCK, LogManager, lock_log_dirs
 from tidelog.storage.segment import FileSlice, HandleCache, RecoveryProblem, Segment
 
 __all__ = [
     "CLEANER_OFFSET_CHECKPOINT",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
+    "LOG_DIR_LOCK",
     "MAX_TIMESTAMP",
     "AppendInfo",
     "CleanResult",
@@ -72,4 +73,5 @@ __all__ = [
     "StorageError",
     "TimestampOffset",
     "UnexpectedAppendOffsetError",
+    "lock_log_dirs",
 ]

@@ -7,6 +7,8 @@ Layout of each log dir::
     <dir>/log-start-offset-checkpoint        "topic partition offset" lines
     <dir>/.clean-shutdown                    present only between a clean close and
                                              the next open
+    <dir>/.lock                              flock'ed by the process that owns the dir
+                                             (:func:`lock_log_dirs`)
 
 Opening a dir reads (and removes) the clean-shutdown marker, reads both checkpoints
 and opens every ``<topic>-<partition>`` directory with them: a log whose dir had the
@@ -37,6 +39,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from tidelog.runtime.filelock import FileLock, lock_directory
 from tidelog.storage.checkpoint import (
     FsyncFn,
     fsync_dir,
@@ -59,11 +62,33 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
 DELETE_DIR_SUFFIX = "-delete"
+#: Kafka's name for the file a process locks to own a log dir.
+LOG_DIR_LOCK = ".lock"
 
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+
+def lock_log_dirs(dirs: Iterable[str | Path]) -> list[FileLock]:
+    """Own every dir of ``dirs`` (created if missing) by locking its ``.lock``: all or none.
+
+    Two processes writing one log dir assign the same offsets twice and damage the logs,
+    so this comes before anything in the dir is read or written, and the locks are held
+    until the process stops using the dirs. A dir another process holds raises
+    :class:`~tidelog.runtime.filelock.LockHeldError` (whose ``path`` is the lock file),
+    leaving every dir as it was; other failures raise their OSError.
+    """
+    locks: list[FileLock] = []
+    try:
+        for directory in dict.fromkeys(Path(d) for d in dirs):
+            locks.append(lock_directory(directory, LOG_DIR_LOCK))
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        raise
+    return locks
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition:

@@ -1,0 +1,5 @@
+"""tidelog.runtime: what the rest of the code touches of the operating system, below every layer.
+
+It imports nothing of tidelog, so that the server layers (storage, broker) and the client-side
+programs (agent) can share it. Modules: ``filelock`` (a data directory owned by one process).
+"""
