@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import functools
 import json
 import logging
@@ -56,6 +55,7 @@ from tidelog.client.config import parse_config
 from tidelog.client.errors import ClientError, ConfigError
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 from tidelog.protocol import ErrorCode
+from tidelog.runtime.filelock import LockHeldError, lock_directory
 
 _log = logging.getLogger(__name__)
 # Longest file name (Linux): a queue directory is named <topic>-<partition>.
@@ -243,17 +243,19 @@ class Agent:
         self.config = parse_agent_config(config)
         self.data_dir = Path(self.config["data.dir"])
         try:
-            (self.data_dir / "queues").mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.data_dir / "agent.lock", os.O_CREAT | os.O_RDWR, 0o644)
+            # Locked first: nothing in the directory is touched while another agent owns it.
+            self._dir_lock = lock_directory(self.data_dir, "agent.lock")
+            try:
+                (self.data_dir / "queues").mkdir(exist_ok=True)
+            except BaseException:
+                self._dir_lock.release()
+                raise
+        except LockHeldError:
+            raise AgentError(f"another agent runs on {self.data_dir}") from None
         except OSError as exc:
             raise ConfigError(
                 f"data.dir: cannot use {str(self.data_dir)!r}: {exc.strerror}"
             ) from None
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise AgentError(f"another agent runs on {self.data_dir}") from None
         self.fsync = fsync
         self.on_delivery = on_delivery
         self._lock = threading.Lock()
@@ -797,7 +799,7 @@ class Agent:
         self._thread.join(timeout=10)
         with contextlib.suppress(Exception):
             self.loop.close()
-        os.close(self._lock_fd)
+        self._dir_lock.release()
 
     def __enter__(self) -> Agent:
         return self

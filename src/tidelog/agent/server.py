@@ -19,7 +19,6 @@ the socket buffer and are answered by the next one together.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -58,6 +57,7 @@ from tidelog.agent.wire import (
     parse_number,
     parse_topic_partition,
 )
+from tidelog.runtime.filelock import FileLock, LockHeldError
 
 _log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">I")
@@ -78,7 +78,7 @@ class AgentServer:
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._stopping = False
-        self._path_lock: int | None = None
+        self._path_lock: FileLock | None = None
 
     @property
     def lock_path(self) -> Path:
@@ -116,30 +116,27 @@ class AgentServer:
         """
         while True:
             try:
-                fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+                lock = FileLock.acquire(self.lock_path, mode=0o600)
+            except LockHeldError:
+                raise AgentError(f"another agent serves {str(self.path)!r}") from None
             except OSError as exc:
                 raise AgentError(f"cannot listen on {str(self.path)!r}: {exc.strerror}") from None
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise AgentError(f"another agent serves {str(self.path)!r}") from None
-            try:
-                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+                same = os.stat(self.lock_path).st_ino == os.fstat(lock.fileno()).st_ino
             except FileNotFoundError:
                 same = False
             if same:
-                self._path_lock = fd
+                self._path_lock = lock
                 return
-            os.close(fd)  # the stopping owner removed the file after this open: retry
+            lock.release()  # the stopping owner removed the file after this open: retry
 
     def _unlock_path(self) -> None:
-        fd, self._path_lock = self._path_lock, None
-        if fd is not None:
+        lock, self._path_lock = self._path_lock, None
+        if lock is not None:
             # Removed while still held: whoever opened this file meanwhile sees it replaced.
             with contextlib.suppress(FileNotFoundError):
                 self.lock_path.unlink()
-            os.close(fd)
+            lock.release()
 
     def _remove_stale_socket(self) -> None:
         """Remove the socket a previous daemon left at the path; never anything else: not a
