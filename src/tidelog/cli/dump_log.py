@@ -1,5 +1,7 @@
 """`tidelog dump-log`: print the batches (and optionally records) of segment files.
 
+A partition directory (``<log.dirs>/<topic>-<partition>``) stands for all its `.log` segments,
+dumped in base-offset order; each file's section starts with ``Dumping <file>``.
 Reads a `.log` segment one batch at a time (never the whole file into memory), prints
 each batch header, and stops with a one-line explanation at the first bytes that are
 not a valid batch — which is exactly where the log's recovery would truncate.
@@ -30,38 +32,70 @@ def add_parser(commands: Any) -> None:
         help="print the batches of segment files (.log) or entries of index files",
         description="Print the record batches of Kafka-format segment files.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help=".log, .index or .timeindex")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help=".log, .index or .timeindex file, or a partition directory (all its .log files)",
+    )
     parser.add_argument(
         "--print-data-log", action="store_true", help="also print every record of every batch"
     )
     parser.set_defaults(run=run)
 
 
+def _segments_of(directory: Path) -> list[Path]:
+    """The `.log` files of a partition directory, oldest segment first."""
+    return sorted(
+        (p for p in directory.glob("*.log") if p.is_file()),
+        key=lambda p: (_base_offset_of(p), p.name),
+    )
+
+
+def _files_of(name: str) -> list[Path]:
+    """The files ``name`` stands for: itself, or a partition directory's segments."""
+    path = Path(name)
+    if path.is_dir():
+        segments = _segments_of(path)
+        if not segments:
+            raise FileNotFoundError(f"{name}: directory has no .log segment files")
+        return segments
+    if not path.is_file():
+        raise FileNotFoundError(f"{name}: no such file")
+    return [path]
+
+
 def run(args: argparse.Namespace) -> int:
     status = 0
-    for name in args.files:
-        path = Path(name)
-        if not path.is_file():
-            print(f"tidelog dump-log: {name}: no such file", file=sys.stderr)
+    for given in args.files:
+        try:
+            files = _files_of(given)
+        except FileNotFoundError as exc:
+            print(f"tidelog dump-log: {exc}", file=sys.stderr)
             status = 1
             continue
-        print(f"Dumping {path}")
-        try:
-            if path.suffix == ".log":
-                ok = _dump_segment(path, print_records=args.print_data_log)
-            elif path.suffix == ".index":
-                ok = _dump_index(path, struct.Struct(">ii"), ("offset", "position"))
-            elif path.suffix == ".timeindex":
-                ok = _dump_index(path, struct.Struct(">qi"), ("timestamp", "offset"))
-            else:
-                print(f"tidelog dump-log: {name}: not a .log, .index or .timeindex file")
-                ok = False
-        except OSError as exc:
-            print(f"tidelog dump-log: {name}: {exc.strerror or exc}", file=sys.stderr)
-            ok = False
-        if not ok:
-            status = 1
+        for path in files:
+            if not _dump_file(path, print_records=args.print_data_log):
+                status = 1
     return status
+
+
+def _dump_file(path: Path, *, print_records: bool) -> bool:
+    print(f"Dumping {path}")
+    try:
+        if path.suffix == ".log":
+            return _dump_segment(path, print_records=print_records)
+        if path.suffix == ".index":
+            return _dump_index(path, struct.Struct(">ii"), ("offset", "position"))
+        if path.suffix == ".timeindex":
+            return _dump_index(path, struct.Struct(">qi"), ("timestamp", "offset"))
+        print(f"tidelog dump-log: {path}: not a .log, .index or .timeindex file", file=sys.stderr)
+        return False
+    except BrokenPipeError:
+        raise  # our reader went away, not the file: `tidelog` main ends quietly
+    except OSError as exc:
+        print(f"tidelog dump-log: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
 
 
 def _base_offset_of(path: Path) -> int:

@@ -82,6 +82,8 @@ def guarded(
             return run(args)
         except UsageError as exc:
             return fail(command, exc, 2)
+        except BrokenPipeError:
+            raise  # the reader of stdout went away: `tidelog` main ends quietly, not an error
         except (ClientError, ValueError, TimeoutError, OSError) as exc:
             return fail(command, exc)
 

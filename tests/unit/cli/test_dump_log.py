@@ -68,3 +68,34 @@ def test_missing_file_is_a_one_line_error(
         capsys.readouterr().err.strip()
         == f"tidelog dump-log: {tmp_path / 'nope.log'}: no such file"
     )
+
+
+def test_a_partition_directory_dumps_its_segments_in_offset_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Written newest first, so neither creation order nor directory order gives the answer.
+    for base in (20, 10, 0):
+        (tmp_path / f"{base:020d}.log").write_bytes(
+            _batch(base, [b"v%d" % base] * 10, Compression.NONE)
+        )
+        (tmp_path / f"{base:020d}.index").write_bytes(struct.pack(">ii", 0, 0))
+    assert main(["dump-log", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("Dumping ")] == [
+        f"Dumping {tmp_path / f'{base:020d}.log'}" for base in (0, 10, 20)
+    ]
+    bases = [int(line.split()[1]) for line in out if line.startswith("baseOffset: ")]
+    assert bases == [0, 10, 20]
+    # Each section opens with its file's name, then that file's starting offset.
+    assert out[out.index(f"Dumping {tmp_path / f'{10:020d}.log'}") + 1] == (
+        "Log starting offset: 10"
+    )
+
+
+def test_a_directory_without_segments_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dump-log", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"tidelog dump-log: {tmp_path}: directory has no .log segment files\n"
