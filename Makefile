@@ -6,9 +6,13 @@ STAMP  := $(VENV)/.installed
 # command:debian-package pairs the interoperability tests drive.
 DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless
 
-.PHONY: test serve lint typecheck layers pytest deps venv clean
+.PHONY: test check serve lint typecheck layers pytest unit deps venv clean
 
 test: deps lint typecheck layers pytest
+
+# The fast lane for the inner loop (about a minute): lint, types, layers and the unit tests,
+# no process started and no Debian package needed.
+check: lint typecheck layers unit
 
 # Extra flags pass through: make serve ARGS="--port 19092 --data-dir /tmp/t"
 serve: venv
@@ -47,6 +51,9 @@ layers: venv
 
 pytest: venv
 	$(BIN)/pytest -q
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
