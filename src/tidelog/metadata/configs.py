@@ -32,10 +32,11 @@ import logging
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
+from tidelog.metadata import kafka_config_names as kafka_names
 from tidelog.metadata.errors import ApiError
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.storage.config import CONFIG_KEYS as LOG_CONFIG_KEYS
@@ -59,6 +60,7 @@ __all__ = [
     "describe_broker_configs",
     "describe_topic_configs",
     "format_value",
+    "no_effect_doc_tables",
     "parse_overrides",
     "parse_properties",
     "read_properties_file",
@@ -306,7 +308,12 @@ def _check_cluster_id(name: str, value: ConfigValue) -> None:
 class ConfigDef:
     """One configuration key: type, default (parsed), check, documentation.
 
-    ``dynamic`` (broker keys only) says whether AlterConfigs may change it at run time.
+    ``dynamic`` (broker keys only) says whether AlterConfigs may change it at run time;
+    ``per_broker`` that it may only on the resource named after a broker (Kafka's
+    "per-broker" update mode), not on the cluster-wide default ``""``; ``per_listener``
+    that Kafka takes it dynamically only under a ``listener.name.<name>.`` prefix, so the
+    bare name is refused. ``no_effect`` is None for a key Tidelog acts on, else why it
+    does nothing (accepted and stored for compatibility with Kafka's names).
     """
 
     name: str
@@ -315,6 +322,16 @@ class ConfigDef:
     doc: str
     check: Check | None = None
     dynamic: bool = False
+    per_broker: bool = False
+    per_listener: bool = False
+    no_effect: str | None = None
+
+    @property
+    def documentation(self) -> str:
+        """The doc DescribeConfigs sends: says when the key has no effect, and why."""
+        if self.no_effect is None:
+            return self.doc
+        return f"{self.doc} No effect in Tidelog: {self.no_effect}."
 
     @property
     def sensitive(self) -> bool:
@@ -1057,8 +1074,107 @@ def _topic_defs() -> list[TopicConfigDef]:
     ]
 
 
-BROKER_CONFIGS: Mapping[str, ConfigDef] = {d.name: d for d in _broker_defs()}
-TOPIC_CONFIGS: Mapping[str, TopicConfigDef] = {d.name: d for d in _topic_defs()}
+# Keys defined above that Tidelog accepts but does not act on (checked against the code:
+# nothing reads them, or only to shape something that is never used).
+_NO_EFFECT = {
+    "inter.broker.listener.name": "a single node has no inter-broker traffic",
+    "controller.quorum.voters": "the metadata quorum is this node alone",
+    "socket.send.buffer.bytes": "sockets keep the operating system's defaults",
+    "socket.receive.buffer.bytes": "sockets keep the operating system's defaults",
+    "num.network.threads": "the broker runs on one event loop",
+    "num.io.threads": "the broker runs on one event loop with its own worker pool",
+    "num.recovery.threads.per.data.dir": "logs are recovered one after another",
+    "log.preallocate": "segment files grow as they are written",
+    "log.flush.start.offset.checkpoint.interval.ms": (
+        "log start offsets are written with every recovery point checkpoint"
+    ),
+    "transactional.id.expiration.ms": "transactions are not implemented yet",
+    "transaction.state.log.replication.factor": (
+        "transactions are not implemented yet; it only shapes __transaction_state when a "
+        "client asks for that topic by name"
+    ),
+    "transaction.state.log.min.isr": (
+        "transactions are not implemented yet; it only shapes __transaction_state when a "
+        "client asks for that topic by name"
+    ),
+    "transaction.state.log.num.partitions": (
+        "transactions are not implemented yet; it only shapes __transaction_state when a "
+        "client asks for that topic by name"
+    ),
+    "transaction.state.log.segment.bytes": (
+        "transactions are not implemented yet; it only shapes __transaction_state when a "
+        "client asks for that topic by name"
+    ),
+}
+_KAFKA_TYPES = {
+    "boolean": _B,
+    "string": _S,
+    "int": _I,
+    "short": _SH,
+    "long": _L,
+    "double": _D,
+    "list": _LI,
+    "class": ConfigType.CLASS,
+    "password": ConfigType.PASSWORD,
+}
+
+
+def _kafka_only_defs(known: Collection[str]) -> list[ConfigDef]:
+    """Kafka's broker keys Tidelog does not define itself: accepted, without effect."""
+    defs: list[ConfigDef] = []
+    for name, kind, default, mode in kafka_names.BROKER_KEYS:
+        if name in known:
+            continue
+        config_type = _KAFKA_TYPES[kind]
+        defs.append(
+            ConfigDef(
+                name,
+                config_type,
+                None if default is None else _parse_typed(name, config_type, default),
+                "Kafka broker config, accepted and stored.",
+                dynamic=mode != "read-only",
+                per_broker=mode == "per-broker",
+                per_listener=mode == "per-listener",
+                no_effect=kafka_names.no_effect_reason(name),
+            )
+        )
+    return defs
+
+
+def _kafka_only_topic_defs(known: Collection[str]) -> list[TopicConfigDef]:
+    defs: list[TopicConfigDef] = []
+    for name, kind, default in kafka_names.TOPIC_KEYS:
+        if name in known:
+            continue
+        config_type = _KAFKA_TYPES[kind]
+        synonym = f"log.{name}" if name.startswith("local.retention.") else name
+        defs.append(
+            TopicConfigDef(
+                name,
+                config_type,
+                None if default is None else _parse_typed(name, config_type, default),
+                "Kafka topic config, accepted and stored.",
+                no_effect=kafka_names.no_effect_reason(name),
+                synonyms=(synonym,) if synonym in BROKER_CONFIGS else (),
+            )
+        )
+    return defs
+
+
+def _with_markers(definition: ConfigDef) -> ConfigDef:
+    reason = _NO_EFFECT.get(definition.name)
+    return definition if reason is None else replace(definition, no_effect=reason)
+
+
+_OWN_BROKER_DEFS = [_with_markers(d) for d in _broker_defs()]
+BROKER_CONFIGS: Mapping[str, ConfigDef] = {
+    d.name: d for d in [*_OWN_BROKER_DEFS, *_kafka_only_defs({d.name for d in _OWN_BROKER_DEFS})]
+}
+_OWN_TOPIC_DEFS = _topic_defs()
+TOPIC_CONFIGS: Mapping[str, TopicConfigDef] = {
+    d.name: d
+    for d in [*_OWN_TOPIC_DEFS, *_kafka_only_topic_defs({d.name for d in _OWN_TOPIC_DEFS})]
+}
 
 # Broker keys whose numbers count in a larger unit than the topic key they feed.
 _SCALE = {
@@ -1610,25 +1726,55 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> ApiError | None
     return None
 
 
-def validate_broker_config_changes(configs: Mapping[str, str | None]) -> ApiError | None:
+def _kafka_set(names: Iterable[str]) -> str:
+    # Kafka prints the offending names as a Scala set; clients show the text as is.
+    return f"Set({', '.join(sorted(names))})"
+
+
+def validate_broker_config_changes(
+    configs: Mapping[str, str | None], *, per_broker: bool = True
+) -> ApiError | None:
     """Check dynamic broker config changes: known, dynamically updatable, valid values.
 
-    A ``None`` value deletes the key and needs only to name a known dynamic key.
+    ``per_broker`` is True for the resource named after a broker, False for the
+    cluster-wide default ``""``. A ``None`` value deletes the key and needs only to name
+    a known dynamic key. Kafka checks in this order and answers INVALID_REQUEST for each
+    (its broker-side validation turns every refusal into that code): read-only keys, keys
+    dynamic only under a listener prefix, values of the wrong type or range, per-broker
+    keys on the default resource. A name Kafka does not know is INVALID_CONFIG here (Kafka
+    itself keeps unknown broker names, for plugins; Tidelog has no plugins to read them).
     """
+    unknown = [key for key in configs if key not in BROKER_CONFIGS]
+    if unknown:
+        return ApiError(ErrorCode.INVALID_CONFIG, f"unknown broker config {unknown[0]!r}")
+    read_only = [key for key in configs if not BROKER_CONFIGS[key].dynamic]
+    if read_only:
+        return ApiError(
+            ErrorCode.INVALID_REQUEST,
+            f"Cannot update these configs dynamically: {_kafka_set(read_only)}",
+        )
+    per_listener = [key for key in configs if BROKER_CONFIGS[key].per_listener]
+    if per_listener:
+        return ApiError(
+            ErrorCode.INVALID_REQUEST,
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {_kafka_set(per_listener)}",
+        )
     for key, value in configs.items():
-        definition = BROKER_CONFIGS.get(key)
-        if definition is None:
-            return ApiError(ErrorCode.INVALID_CONFIG, f"unknown broker config {key!r}")
-        if not definition.dynamic:
-            return ApiError(
-                ErrorCode.INVALID_CONFIG, f"broker config {key} cannot be changed dynamically"
-            )
         if value is None:
             continue
         try:
-            definition.parse(value)
+            BROKER_CONFIGS[key].parse(value)
         except ConfigError as exc:
-            return ApiError(ErrorCode.INVALID_CONFIG, str(exc))
+            return ApiError(ErrorCode.INVALID_REQUEST, str(exc))
+    if not per_broker:
+        scoped = [key for key in configs if BROKER_CONFIGS[key].per_broker]
+        if scoped:
+            return ApiError(
+                ErrorCode.INVALID_REQUEST,
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {_kafka_set(scoped)}",
+            )
     return None
 
 
@@ -1710,7 +1856,7 @@ def describe_topic_configs(
                 config_source=source,
                 is_sensitive=definition.sensitive,
                 config_type=definition.type,
-                documentation=definition.doc if include_documentation else None,
+                documentation=definition.documentation if include_documentation else None,
                 synonyms=tuple(synonyms) if include_synonyms else (),
             )
         )
@@ -1756,8 +1902,54 @@ def describe_broker_configs(
                 config_source=source,
                 is_sensitive=definition.sensitive,
                 config_type=definition.type,
-                documentation=definition.doc if include_documentation else None,
+                documentation=definition.documentation if include_documentation else None,
                 synonyms=tuple(synonyms) if include_synonyms else (),
             )
         )
     return entries
+
+
+# -- documentation -----------------------------------------------------------------------
+
+
+def _doc_default(value: ConfigValue | None) -> str:
+    text = format_value(value)
+    if text is None:
+        return "unset"
+    return f"`{text}`" if text else "empty"
+
+
+def no_effect_doc_tables() -> str:
+    """The Markdown tables of docs/configuration.md listing the keys without effect
+    (generated from the definitions; a test keeps the file equal to this)."""
+    lines = [
+        "| Key | Type | Default | Update mode | Why it has no effect |",
+        "|---|---|---|---|---|",
+    ]
+    for name in sorted(BROKER_CONFIGS):
+        definition = BROKER_CONFIGS[name]
+        if definition.no_effect is None:
+            continue
+        mode = (
+            "read-only"
+            if not definition.dynamic
+            else "per-listener"
+            if definition.per_listener
+            else "per-broker"
+            if definition.per_broker
+            else "cluster-wide"
+        )
+        lines.append(
+            f"| `{name}` | {definition.type.name.lower()} | {_doc_default(definition.default)} "
+            f"| {mode} | {definition.no_effect} |"
+        )
+    lines += ["", "| Topic key | Type | Default | Why it has no effect |", "|---|---|---|---|"]
+    for name in sorted(TOPIC_CONFIGS):
+        topic_def = TOPIC_CONFIGS[name]
+        if topic_def.no_effect is None:
+            continue
+        lines.append(
+            f"| `{name}` | {topic_def.type.name.lower()} | {_doc_default(topic_def.default)} "
+            f"| {topic_def.no_effect} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -945,7 +945,7 @@ class Controller:
         if resource_type == ConfigResourceType.TOPIC:
             error = validate_topic_configs(new)
         else:
-            error = validate_broker_config_changes(new)
+            error = validate_broker_config_changes(new, per_broker=name != "")
         if error is not None:
             return error, []
         record_type = (
