@@ -726,9 +726,11 @@ class _Batch:
         end: int,
         timestamp: int,
         callback: DeliveryCallback | None = None,
+        callbacks: list[DeliveryCallback | None] | None = None,
     ) -> None:
         """Add records ``start`` to ``end - 1`` of a run (keyless, headerless, all with
-        ``callback``) as one part; the caller accounts ``reserved``."""
+        ``callback`` or else each with its own of ``callbacks``) as one part; the caller
+        accounts ``reserved``."""
         count = len(self.sinks)
         n = end - start
         part = outcomes.add(start, end, count)
@@ -746,10 +748,11 @@ class _Batch:
             self.keys += [None] * n
         if self.headers is not None:
             self.headers += [b"\x00"] * n
-        if callback is not None and self.callbacks is None:
-            self.callbacks = [None] * count
-        if self.callbacks is not None:
-            self.callbacks += [callback] * n
+        mine = self.callbacks
+        if mine is None and (callback is not None or callbacks is not None):
+            mine = self.callbacks = [None] * count
+        if mine is not None:
+            mine += [callback] * n if callbacks is None else callbacks[start:end]
 
     def seal(self, compression: Compression, level: int | None) -> None:
         """Fix the records: encode (and compress) them once; the columns are not needed
@@ -905,18 +908,25 @@ def _encode_general(
 
 class _Run:
     """Plain records of one topic handed over by the synchronous facade, in order: their
-    values, and where their futures find their outcomes. Filled under the buffer's lock until
-    the loop takes it."""
+    values, their ``on_delivery`` callbacks, and where their futures find their outcomes.
+    Filled under the buffer's lock until the loop takes it."""
 
-    __slots__ = ("callback", "chunk", "outcomes", "topic", "values")
+    __slots__ = ("callback", "callbacks", "chunk", "outcomes", "topic", "values")
 
     def __init__(self, topic: str, callback: DeliveryCallback | None) -> None:
         self.topic = topic
-        self.callback = callback  # every record's on_delivery
+        self.callback = callback  # every record's on_delivery, while they share one
+        # One per record once they differ (a callback per record, as Kafka's perf tool and
+        # many applications pass): a column, so that they do not cut the run into runs of
+        # one record, each costing as much as a batch.
+        self.callbacks: list[DeliveryCallback | None] | None = None
         self.values: list[bytes] = []
         # The futures are not kept: each knows its chunk and its place in it.
         self.outcomes = _RunOutcomes()
         self.chunk = _Chunk(self.outcomes, 0)
+
+    def callback_of(self, index: int) -> DeliveryCallback | None:
+        return self.callback if self.callbacks is None else self.callbacks[index]
 
 
 class _PartitionState:
@@ -1199,7 +1209,8 @@ class AIOProducer:
         column the loop later moves into batches by slices. Per record that is one lock, one
         list append and no other object than the future (which the producer does not keep);
         a new run starts only when the loop took the previous one, a general record came
-        between, or the topic or the callback changed. It blocks up to ``max.block.ms``
+        between, or the topic changed (callbacks that differ from record to record go into
+        the run's column of callbacks: one more append each). It blocks up to ``max.block.ms``
         while ``buffer.memory`` is full, then raises :class:`BufferExhaustedError`; after
         :meth:`refuse_sends` it raises ClientClosedError."""
         buffer = self.buffer
@@ -1246,10 +1257,15 @@ class AIOProducer:
                 used = buffer.used - size
             buffer.used = used + size
             run = self._run
-            if run is None or run.topic != topic or run.callback is not on_delivery:
+            if run is None or run.topic != topic:
                 run = self._run = _Run(topic, on_delivery)
                 inbox.append(run)
             behind = len(run.values)
+            if run.callbacks is not None:
+                run.callbacks.append(on_delivery)
+            elif run.callback is not on_delivery:
+                run.callbacks = [run.callback] * behind
+                run.callbacks.append(on_delivery)
             place = behind & _CHUNK_MASK
             if place:
                 future = new_future(run.chunk, place)
@@ -1334,14 +1350,14 @@ class AIOProducer:
                 self.buffer.release(left)
                 failure = ClientError(f"cannot queue the record: {exc!r}")
                 DeliveryFuture.settle_parts([outcomes.add(start, count, 0)], _Failed(failure))
-                for _ in range(start, count):
-                    self._callback(run.callback, failure, None)
+                for index in range(start, count):
+                    self._callback(run.callback_of(index), failure, None)
                 return
             if batch is None:  # closing, or no metadata yet: the general path, one by one
                 for index in range(start, count):
                     value = values[index]
                     sink = outcomes.add(index, index + 1, 0)
-                    item = (topic, None, value, (), None, now, run.callback, sink)
+                    item = (topic, None, value, (), None, now, run.callback_of(index), sink)
                     self._enqueue_item((*item, len(value) + RECORD_OVERHEAD))
                 return
             space = room - batch.reserved
@@ -1354,7 +1370,7 @@ class AIOProducer:
                 base = ends[start - 1] if start else 0
                 end = max(bisect.bisect_right(ends, base + space, start), start + 1)
                 taken = ends[end - 1] - base
-            batch.add_part(outcomes, values, start, end, now, run.callback)
+            batch.add_part(outcomes, values, start, end, now, run.callback, run.callbacks)
             batch.reserved += taken
             left -= taken
             start = end
