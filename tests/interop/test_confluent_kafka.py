@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -347,3 +347,53 @@ def test_group_consumer_commits(broker: BrokerProcess, topic_name: str) -> None:
     finally:
         consumer.close()
     assert {tp.partition: tp.offset for tp in committed} == {0: 5, 1: 5}
+
+
+KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
+
+
+def _broker_configs(admin: AdminClient) -> dict[str, str | None]:
+    futures = admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
+    entries = next(iter(futures.values())).result(TIMEOUT)
+    return {name: entry.value for name, entry in entries.items()}
+
+
+def test_alter_kafka_broker_config_without_effect(broker: BrokerProcess) -> None:
+    admin = admin_for(broker)
+    assert _broker_configs(admin)[KERBEROS_RELOGIN] == "60000"
+    legacy = ConfigResource(ResourceType.BROKER, "1", set_config={KERBEROS_RELOGIN: "120000"})
+    next(iter(admin.alter_configs([legacy]).values())).result(TIMEOUT)
+    assert _broker_configs(admin)[KERBEROS_RELOGIN] == "120000"
+    incremental = ConfigResource(
+        ResourceType.BROKER,
+        "1",
+        incremental_configs=[
+            ConfigEntry(KERBEROS_RELOGIN, "90000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    next(iter(admin.incremental_alter_configs([incremental]).values())).result(TIMEOUT)
+    assert _broker_configs(admin)[KERBEROS_RELOGIN] == "90000"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("broker.id", "7", KafkaError.INVALID_REQUEST),
+        ("log.dirs", "/elsewhere", KafkaError.INVALID_REQUEST),
+        (KERBEROS_RELOGIN, "soon", KafkaError.INVALID_REQUEST),
+        ("sasl.kerberos.no.such.key", "1", KafkaError.INVALID_CONFIG),
+    ],
+)
+def test_alter_broker_config_refusals(
+    broker: BrokerProcess, name: str, value: str, error: int
+) -> None:
+    admin = admin_for(broker)
+    resource = ConfigResource(
+        ResourceType.BROKER,
+        "1",
+        incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)],
+    )
+    future = next(iter(admin.incremental_alter_configs([resource]).values()))
+    with pytest.raises(KafkaException) as refused:
+        future.result(TIMEOUT)
+    assert refused.value.args[0].code() == error
