@@ -14,7 +14,9 @@ Which broker runs is chosen by the environment variable TIDELOG_INTEROP_BROKER:
   against it until `tidelog serve` exists.
 
 `stop()` sends SIGTERM and waits; `kill()` sends SIGKILL (the crash tests use it); `restart()`
-starts the same broker again on the same port and data directory.
+starts the same broker again on the same port and data directory. `run_to_exit()` runs a start
+that must fail by itself, with stderr kept apart so that a test can read exactly what it said;
+`data_dir`, `prefix` (a command to run the broker under) and `extra_args` shape such a start.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 BROKER_ENV = "TIDELOG_INTEROP_BROKER"
 BROKER_KINDS = ("tidelog", "tansu")
@@ -101,10 +105,20 @@ def _kill_leftovers() -> None:
 class BrokerProcess:
     """One broker process; `bootstrap` is the `host:port` the clients connect to."""
 
-    def __init__(self, workdir: Path, kind: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        kind: str | None = None,
+        *,
+        data_dir: Path | None = None,
+        prefix: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.kind = kind or broker_kind()
         self.workdir = workdir
-        self.data_dir = workdir / "data"
+        self.data_dir = data_dir if data_dir is not None else workdir / "data"
+        self.prefix = list(prefix)
+        self.extra_args = list(extra_args)
         self.log_path = workdir / "broker.log"
         self.port = free_port()
         self.host = "127.0.0.1"
@@ -120,30 +134,36 @@ class BrokerProcess:
         return None if self._proc is None else self._proc.pid
 
     def command(self) -> list[str]:
-        return broker_command(self.kind, self.port, self.data_dir)
+        return [
+            *self.prefix,
+            *broker_command(self.kind, self.port, self.data_dir),
+            *self.extra_args,
+        ]
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+    def _spawn(self, **streams: Any) -> subprocess.Popen[bytes]:
         if self._proc is not None and self._proc.poll() is None:
             raise BrokerError("broker already running")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self._starts += 1
         env = dict(os.environ)
         # Tansu reads its settings from these variables too; the command line must win.
         for name in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID"):
             env.pop(name, None)
-        with self.log_path.open("ab") as log:
-            log.write(f"=== start #{self._starts}: {' '.join(self.command())}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                env=env,
-                start_new_session=True,
-            )
+        self._append_log(f"=== start #{self._starts}: {' '.join(self.command())}\n")
+        self._proc = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            env=env,
+            start_new_session=True,
+            **streams,
+        )
         _running.add(self)
+        return self._proc
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._spawn(stdout=log, stderr=subprocess.STDOUT)
         try:
             self.wait_ready(timeout)
         except BaseException:
@@ -219,6 +239,22 @@ class BrokerProcess:
             proc.kill()
         proc.wait()
         self._append_log("=== killed with SIGKILL\n")
+
+    def run_to_exit(self, timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        """Run a start that must fail: wait until the process exits by itself (SIGKILL after
+        `timeout`: a broker that started instead never exits). stdout and stderr come back
+        apart, and are added to the log. The data directory is left as the test made it."""
+        proc = self._spawn(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        finally:
+            _running.discard(self)
+        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        self._append_log(f"{stdout}{stderr}=== exited with status {proc.returncode}\n")
+        return subprocess.CompletedProcess(self.command(), proc.returncode, stdout, stderr)
 
     def restart(self, *, hard: bool = False, timeout: float = START_TIMEOUT_S) -> None:
         """Stop (SIGTERM, or SIGKILL when `hard`) and start again on the same port and data."""

@@ -5,7 +5,9 @@ The broker process helper is the interoperability suite's (`tests/interop/intero
 is a small blocking client over the project's own protocol and records code.
 
 `brokers` starts brokers of the test's own in its temporary directory and stops them at the
-end; when a test fails, the tail of each one's log is attached to the report.
+end; when a test fails, the tail of each one's log is attached to the report. With
+``ready=False`` it only makes the process object (``data_dir``, ``prefix``, ``extra_args`` go to
+`BrokerProcess`), for a start that must fail (`BrokerProcess.run_to_exit`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,15 +30,16 @@ from interop_broker import BrokerProcess  # noqa: E402  (needs the path above)
 
 
 @pytest.fixture
-def brokers(tmp_path: Path) -> Iterator[Callable[[], BrokerProcess]]:
+def brokers(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     """Call it to start a broker (fresh data dir, free port); all are stopped afterwards."""
     started: list[BrokerProcess] = []
 
-    def start() -> BrokerProcess:
-        process = BrokerProcess(tmp_path / f"broker{len(started)}", kind="tidelog")
+    def start(*, ready: bool = True, **options: Any) -> BrokerProcess:
+        process = BrokerProcess(tmp_path / f"broker{len(started)}", kind="tidelog", **options)
         process.workdir.mkdir(parents=True)
         started.append(process)
-        process.start()
+        if ready:
+            process.start()
         return process
 
     yield start

@@ -9,32 +9,45 @@ the background) and stops first, answering the group requests still waiting.
 Stop (SIGTERM/SIGINT): stop accepting and reading, finish the requests already taken
 and send their responses, then flush and close every log with the clean-shutdown marker
 so the next start skips recovery.
+
+Every log dir (and the metadata log dir) is locked (``<dir>/.lock``) before anything in it
+is read or written, and stays locked until the stop: a second broker on the same data is
+refused before it touches anything. A start that fails closes what it had opened and
+reports one line (:class:`StartupError`), without claiming a clean stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from tidelog.broker.broker import Broker, wall_clock_ms
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
-from tidelog.metadata.configs import BrokerConfig, topic_log_config
+from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
 from tidelog.metadata.controller import Controller
+from tidelog.metadata.errors import MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
 from tidelog.protocol import SUPPORTED_VERSIONS, restrict
-from tidelog.storage import LogManager
+from tidelog.runtime.filelock import FileLock, LockHeldError
+from tidelog.storage import LogManager, StorageError, lock_log_dirs
 
 _log = logging.getLogger("tidelog.broker")
 
 # Kafka's "never" for interval configs; a schedule this long is not run at all.
 _NEVER_MS = 2**62
+
+
+class StartupError(Exception):
+    """The broker could not start; the message is one line naming the path or key and the fix."""
 
 
 class BrokerApp:
@@ -48,6 +61,8 @@ class BrokerApp:
         self.broker: Broker | None = None
         self.server: BrokerServer | None = None
         self._background: list[asyncio.Task[None]] = []
+        self._dir_locks: list[FileLock] = []
+        self._started = False
 
     @property
     def port(self) -> int:
@@ -56,6 +71,11 @@ class BrokerApp:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # Before anything in the log dirs is read or written (Controller.start reads
+        # meta.properties and the metadata log there): one process owns them.
+        self._dir_locks = await asyncio.to_thread(
+            lock_log_dirs, [*self.static_config.log_dirs, self.static_config.metadata_log_dir]
+        )
         controller = await asyncio.to_thread(Controller.start, self.static_config, clock=self.clock)
         self.controller = controller
         config = controller.config
@@ -119,6 +139,7 @@ class BrokerApp:
         self.server = server
         broker.advertised_port = advertised.port if advertised.port else server.port
         self._start_background(config)
+        self._started = True
         _log.info(
             "broker %d serving on %s:%d (cluster %s, %d partitions)",
             config.node_id,
@@ -170,6 +191,19 @@ class BrokerApp:
                 _log.exception("background %s failed; will try again", name)
 
     async def stop(self) -> None:
+        """Close what :meth:`start` opened (all of it, or as far as it got), then unlock the
+        log dirs; only a broker that had started says it stopped cleanly."""
+        try:
+            await self._close()
+        finally:
+            for lock in self._dir_locks:
+                lock.release()
+            self._dir_locks = []
+        if self._started:
+            self._started = False
+            _log.info("broker stopped cleanly")
+
+    async def _close(self) -> None:
         if self.broker is not None and self.broker.groups is not None:
             # First, so that no request waits on a rebalance through the server's grace
             # period: waiting group requests get NOT_COORDINATOR and their clients move on.
@@ -190,7 +224,6 @@ class BrokerApp:
             await asyncio.to_thread(self.logs.close)
         if self.controller is not None:
             self.controller.close()
-        _log.info("broker stopped cleanly")
 
 
 async def serve_until_signalled(
@@ -202,7 +235,12 @@ async def serve_until_signalled(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await app.start()
+        try:
+            await app.start()
+        except (OSError, LockHeldError, MetadataError, StorageError) as exc:
+            # The listener being bound when a bind fails.
+            binding = config.listeners[:1] if app.server is None else []
+            raise StartupError(startup_failure(config, exc, binding)) from exc
         if on_started is not None:
             await on_started(app)
         await stop.wait()
@@ -211,13 +249,58 @@ async def serve_until_signalled(
         await app.stop()
 
 
-def run_broker(config: BrokerConfig) -> int:
-    """Run until SIGTERM/SIGINT; the process exit code."""
+def run_broker(config: BrokerConfig) -> None:
+    """Run until SIGTERM/SIGINT; :class:`StartupError` if the broker could not start."""
     import uvloop
 
-    try:
-        uvloop.run(serve_until_signalled(config))
-    except OSError as exc:
-        _log.error("cannot start: %s", exc)
-        return 1
-    return 0
+    uvloop.run(serve_until_signalled(config))
+
+
+def startup_failure(
+    config: BrokerConfig, exc: BaseException, binding: Sequence[Endpoint] = ()
+) -> str:
+    """What stopped the start, and the fix, in one line naming the path or config key.
+
+    ``binding``: the listener being bound when the failure happened, if any.
+    """
+    if isinstance(exc, LockHeldError):
+        directory = exc.path.parent
+        return (
+            f"{_dir_key(config, directory)}: {directory} is in use by another process "
+            f"(it holds {exc.path}); stop that broker first, or {_ANOTHER_DIR}"
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+        where = " and ".join(map(str, binding or config.listeners))
+        if exc.errno == errno.EADDRINUSE:
+            return f"listeners: {where} is in use by another process; choose another port (--port)"
+        return f"listeners: {where} is not an address of this machine; choose another (--host)"
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        fix = _DIR_FIXES.get(exc.errno or 0, "")
+        if exc.filename is None:
+            # A write or fsync on a file already open: the error carries no path.
+            dirs = ", ".join(str(d) for d in dict.fromkeys(config.log_dirs))
+            return f"log.dirs: {reason} while writing to {dirs}{fix}"
+        path = Path(exc.filename)
+        return f"{_dir_key(config, path)}: cannot use {path}: {reason}{fix}"
+    return str(exc)
+
+
+_ANOTHER_DIR = "give the broker another directory (--data-dir)"
+_DIR_FIXES = {
+    errno.ENOTDIR: f"; {_ANOTHER_DIR}",
+    errno.EACCES: f"; let the broker's user write there, or {_ANOTHER_DIR}",
+    errno.EPERM: f"; let the broker's user write there, or {_ANOTHER_DIR}",
+    errno.EROFS: f"; mount it writable, or {_ANOTHER_DIR}",
+    errno.ENOSPC: f"; free space on that disk, or {_ANOTHER_DIR}",
+    errno.EDQUOT: f"; free space within the quota, or {_ANOTHER_DIR}",
+}
+
+
+def _dir_key(config: BrokerConfig, path: Path) -> str:
+    """The config key that names the dir holding ``path``."""
+    if config.get_str("metadata.log.dir"):
+        metadata_dir = config.metadata_log_dir
+        if path == metadata_dir or metadata_dir in path.parents:
+            return "metadata.log.dir"
+    return "log.dirs"

@@ -62,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for warning in config.warnings:
         logging.getLogger("tidelog.serve").warning("%s", warning)
-    from tidelog.broker.app import run_broker
+    from tidelog.broker.app import StartupError, run_broker
 
-    return run_broker(config)
+    try:
+        run_broker(config)
+    except StartupError as exc:
+        # One line, after whatever the start had opened was closed again.
+        print(f"tidelog serve: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
