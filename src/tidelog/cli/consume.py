@@ -1,7 +1,15 @@
-"""`tidelog consume --topic T`: print records, like kafka-console-consumer (no group).
+"""`tidelog consume --topic T`: print records, like kafka-console-consumer.
 
-Where to start: the end (default, as Kafka), ``--from-beginning``, ``--offset N`` (with
+Without ``--group`` it reads every partition (or ``--partition P``) itself and commits nothing.
+Where to start then: the end (default, as Kafka), ``--from-beginning``, ``--offset N`` (with
 ``--partition P``; also ``earliest``/``latest``) or ``--from-time`` (ISO 8601 or epoch ms).
+
+With ``--group G`` it joins the group as a member (the group assigns the partitions), commits
+what it printed as Kafka's console consumer does (auto commit every
+``auto.commit.interval.ms``, and once more when it stops), and starts where the group
+committed. ``--from-beginning`` then only matters for partitions the group has no committed
+offset for (``auto.offset.reset=earliest``).
+
 Stops after ``--max-messages`` records, or once no record arrived for ``--timeout-ms``.
 ``--format json`` prints one object per line; keys, values and header values that are not
 UTF-8 are printed as ``{"base64": "..."}``.
@@ -17,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from tidelog.cli.output import UsageError, add_bootstrap, guarded
+from tidelog.cli.output import UsageError, add_bootstrap, guarded, parse_pairs
 from tidelog.client import Consumer, ConsumerRecord, TopicPartition
 
 
@@ -30,6 +38,9 @@ def add_parser(commands: Any) -> None:
     add_bootstrap(parser)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", type=int, help="default: every partition")
+    parser.add_argument(
+        "--group", help="consume as a member of this group, committing offsets (default: none)"
+    )
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true")
     start.add_argument("--offset", help="N, earliest or latest (needs --partition for N)")
@@ -38,6 +49,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--timeout-ms", type=int, help="stop when no record came for this long")
     parser.add_argument("--format", choices=("value", "kv", "json"), default="value")
     parser.add_argument("--key-separator", default="\t", help="for --format kv (default: tab)")
+    parser.add_argument(
+        "--consumer-property",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="any consumer configuration (repeatable)",
+    )
     parser.set_defaults(run=guarded("consume", run))
 
 
@@ -87,7 +105,27 @@ def render(record: ConsumerRecord, fmt: str, key_separator: str = "\t") -> str:
     )
 
 
+def _check_group_flags(args: argparse.Namespace) -> None:
+    if args.group is None:
+        return
+    chosen = [
+        flag
+        for flag, value in (
+            ("--partition", args.partition),
+            ("--offset", args.offset),
+            ("--from-time", args.from_time),
+        )
+        if value is not None
+    ]
+    if chosen:
+        raise UsageError(
+            f"{chosen[0]} cannot be used with --group: the group assigns the partitions and "
+            "they start at its committed offsets"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_group_flags(args)
     offset: int | str | None = None
     if args.offset is not None:
         if args.offset in ("earliest", "latest"):
@@ -99,20 +137,32 @@ def run(args: argparse.Namespace) -> int:
         else:
             raise UsageError(f"--offset {args.offset!r}: expected N, earliest or latest")
     from_time = None if args.from_time is None else parse_time(args.from_time)
-    reset = "earliest" if args.from_beginning or offset == "earliest" else "latest"
-    config = {"bootstrap.servers": args.bootstrap_server, "auto.offset.reset": reset}
+    config: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server}
+    config.update(parse_pairs(args.consumer_property, "--consumer-property"))
+    # As in Kafka's console consumer, the flag decides auto.offset.reset; with a group it
+    # applies only where the group has committed nothing.
+    config["auto.offset.reset"] = (
+        "earliest" if args.from_beginning or offset == "earliest" else "latest"
+    )
+    if args.group is not None:
+        config["group.id"] = args.group
     count = 0
+    # Closing the consumer (also on --max-messages, --timeout-ms, Ctrl-C or a closed pipe)
+    # commits what was handed out with auto commit, then leaves the group.
     with Consumer(config) as consumer:
         if args.partition is not None:
             partitions = [args.partition]
         else:
-            partitions = consumer.partitions_for(args.topic)
-        tps = [TopicPartition(args.topic, p) for p in partitions]
-        consumer.assign(tps)
-        if isinstance(offset, int):
-            consumer.seek(tps[0], offset)
-        elif from_time is not None:
-            consumer.seek_to_timestamp(from_time)
+            partitions = consumer.partitions_for(args.topic)  # a missing topic fails here
+        if args.group is not None:
+            consumer.subscribe([args.topic])
+        else:
+            tps = [TopicPartition(args.topic, p) for p in partitions]
+            consumer.assign(tps)
+            if isinstance(offset, int):
+                consumer.seek(tps[0], offset)
+            elif from_time is not None:
+                consumer.seek_to_timestamp(from_time)
         idle_since = time.monotonic()
         out = sys.stdout
         while args.max_messages is None or count < args.max_messages:

@@ -1,9 +1,11 @@
 """`tidelog groups list|describe|reset-offsets|delete`: Kafka's kafka-consumer-groups, on the
 client.
 
-``describe`` prints the group's members with their assignments, then one row per partition
-the group owns or has committed for: committed offset, log end offset, lag, and the member that
-owns it. ``reset-offsets`` only prints the new offsets unless ``--execute`` is given, and, as
+``describe GROUP`` (or ``--all-groups``) prints, per group, a header line and the members with
+their assignments, then one row per partition the group owns or has committed for: committed
+offset, log end offset, lag, and the member that owns it. As kafka-consumer-groups,
+``--members`` shows only the members (``--verbose`` adds their assignments) and ``--state``
+one line of coordinator, assignment strategy, state and member count. ``reset-offsets`` only prints the new offsets unless ``--execute`` is given, and, as
 Kafka's tool, refuses while the group has active members (state other than Empty or Dead).
 Cells with nothing to show hold ``-``.
 """
@@ -47,7 +49,22 @@ def add_parser(commands: Any) -> None:
         "describe", help="members, assignments, committed offsets and lag"
     )
     add_bootstrap(describe)
-    describe.add_argument("group", metavar="GROUP")
+    which = describe.add_mutually_exclusive_group(required=True)
+    which.add_argument("group", metavar="GROUP", nargs="?")
+    which.add_argument("--all-groups", action="store_true", help="describe every group")
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument(
+        "--offsets", action="store_true", help="members and per-partition lag (the default)"
+    )
+    view.add_argument("--members", action="store_true", help="only the members")
+    view.add_argument(
+        "--state",
+        action="store_true",
+        help="coordinator, assignment strategy, state and number of members",
+    )
+    describe.add_argument(
+        "--verbose", action="store_true", help="with --members: each member's assignment"
+    )
     describe.set_defaults(run=guarded(COMMAND, _describe))
 
     reset = actions.add_parser(
@@ -129,14 +146,74 @@ def _end_offsets(admin: Admin, partitions: set[TopicPartition]) -> dict[TopicPar
 
 
 def _describe(args: argparse.Namespace) -> int:
+    if args.verbose and not args.members:
+        raise UsageError("--verbose applies to --members only")
     with _admin(args) as admin:
-        group = _describe_one(admin, args.group)
-        if group is None:
-            return fail(COMMAND, f"consumer group {args.group!r} does not exist")
-        committed = admin.list_consumer_group_offsets(args.group)
-        owned = {tp for m in group.members for tp in m.assignment}
-        partitions = owned | set(committed)
-        ends = _end_offsets(admin, partitions)
+        names = [g.group_id for g in admin.list_groups()] if args.all_groups else [args.group]
+        first = True
+        for name in names:
+            group = _describe_one(admin, name)
+            if group is None:
+                if args.all_groups:
+                    continue  # deleted since it was listed
+                return fail(COMMAND, f"consumer group {name!r} does not exist")
+            if not first:
+                print()
+            first = False
+            if args.members:
+                _print_members(group, verbose=args.verbose)
+            elif args.state:
+                _print_state(admin, group)
+            else:
+                _print_offsets(admin, group)
+    return 0
+
+
+def _print_members(group: GroupDescription, *, verbose: bool) -> None:
+    if not group.members:
+        print(f"Consumer group {group.group_id!r} has no active members.")
+        return
+    headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+    if verbose:
+        headers[2:2] = ["GROUP-INSTANCE-ID"]
+        headers.append("ASSIGNMENT")
+    rows = []
+    for m in sorted(group.members, key=lambda m: m.member_id):
+        row: list[object] = [
+            group.group_id,
+            m.member_id,
+            m.host or NONE,
+            m.client_id or NONE,
+            len(m.assignment),
+        ]
+        if verbose:
+            row[2:2] = [m.group_instance_id or NONE]
+            row.append(_assignment_text(m))
+        rows.append(row)
+    print_table(headers, rows)
+
+
+def _print_state(admin: Admin, group: GroupDescription) -> None:
+    coordinator = admin.find_coordinator(group.group_id)
+    print_table(
+        ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+        [
+            (
+                group.group_id,
+                f"{coordinator.host}:{coordinator.port} ({coordinator.node_id})",
+                group.protocol or NONE,
+                group.state,
+                len(group.members),
+            )
+        ],
+    )
+
+
+def _print_offsets(admin: Admin, group: GroupDescription) -> None:
+    committed = admin.list_consumer_group_offsets(group.group_id)
+    owned = {tp for m in group.members for tp in m.assignment}
+    partitions = owned | set(committed)
+    ends = _end_offsets(admin, partitions)
     print(
         f"Group: {group.group_id}  State: {group.state}  "
         f"ProtocolType: {group.protocol_type or NONE}  Protocol: {group.protocol or NONE}  "
@@ -194,7 +271,6 @@ def _describe(args: argparse.Namespace) -> int:
         ),
         rows,
     )
-    return 0
 
 
 def _reset_spec(args: argparse.Namespace) -> ResetSpec:
