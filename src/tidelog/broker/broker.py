@@ -8,7 +8,8 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
 * ``image`` — the current metadata image; ``config`` — the broker configuration with its
   dynamic values applied (Kafka's names);
 * ``clock()`` — milliseconds, the only source of time for handlers;
-* ``node_id``, ``cluster_id``, ``advertised_host``, ``advertised_port``;
+* ``node_id``, ``cluster_id``; ``endpoint(listener)`` — the address clients are given for
+  this node on a listener (``advertised_host``/``advertised_port`` are the first one's);
 * ``advertised_versions`` — the version table ApiVersions answers with;
 * ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`).
 
@@ -73,6 +74,9 @@ class Broker:
         self.cluster_id = controller.image.cluster_id if controller is not None else ""
         self.advertised_host = "127.0.0.1"
         self.advertised_port = 9092
+        #: listener name -> (host, port) given to clients who connected on that listener;
+        #: a listener not in it (a controller listener) gets the first one's address.
+        self.listener_endpoints: dict[str, tuple[str, int]] = {}
         self.advertised_versions: Mapping[ApiKey, VersionRange] = SUPPORTED_VERSIONS
         self._next_producer_id = 0
         self._producer_id_end = 0
@@ -92,6 +96,10 @@ class Broker:
     def config(self) -> BrokerConfig:
         assert self.controller is not None, "broker built without a controller"
         return self.controller.config
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """(host, port) of this node for clients that connected on ``listener``."""
+        return self.listener_endpoints.get(listener, (self.advertised_host, self.advertised_port))
 
     def topic_name_of(self, topic_id: uuid.UUID) -> str | None:
         topic = self.image.topic_by_id(topic_id)

@@ -78,6 +78,11 @@ class RequestContext:
     def peer(self) -> str:
         return self.connection.peer
 
+    @property
+    def listener(self) -> str:
+        """The name of the listener the request came in on (``PLAINTEXT``, ...)."""
+        return self.connection.listener
+
 
 class _Closed(Exception):
     """The connection is going away; stop quietly."""
@@ -104,8 +109,12 @@ class Connection:
         *,
         max_frame_size: int,
         max_in_flight: int,
+        listener: str = "PLAINTEXT",
     ) -> None:
         self._sock = sock
+        #: The listener this connection was accepted on: Metadata, FindCoordinator and
+        #: Fetch answer with the addresses of that listener, as Kafka does.
+        self.listener = listener
         self._fd = sock.fileno()
         self._broker = broker
         self._handlers = handlers

@@ -26,7 +26,7 @@ _log = logging.getLogger(__name__)
 
 
 class BrokerServer:
-    """Listens on one address and runs a :class:`Connection` per client."""
+    """Listens on one address (one listener) and runs a :class:`Connection` per client."""
 
     def __init__(
         self,
@@ -39,7 +39,9 @@ class BrokerServer:
         max_frame_size: int,
         max_in_flight: int,
         shutdown_grace_s: float = 10.0,
+        listener: str = "PLAINTEXT",
     ) -> None:
+        self.listener = listener
         self._broker = broker
         self._host = host
         self._port = port
@@ -87,6 +89,7 @@ class BrokerServer:
                 self._accepted,
                 max_frame_size=self._max_frame_size,
                 max_in_flight=self._max_in_flight,
+                listener=self.listener,
             )
             task = asyncio.create_task(connection.run(), name=f"connection {connection.peer}")
             self._connections[connection] = task

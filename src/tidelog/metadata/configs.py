@@ -246,6 +246,9 @@ class Endpoint(NamedTuple):
 
 _LISTENER = re.compile(r"([A-Za-z0-9_]+)://(\[[0-9A-Fa-f:.]*\]|[^:/\[\]\s]*):([0-9]{1,5})")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Addresses that mean "every interface" when bound, and nothing when connected to: Kafka
+# refuses to advertise them.
+_UNROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
 
 
 def _parse_endpoints(
@@ -414,13 +417,15 @@ def _broker_defs() -> list[ConfigDef]:
             "inter.broker.listener.name",
             _S,
             None,
-            "Listener the brokers use between themselves (informational on a single node).",
+            "Listener the brokers use between themselves; must be a broker listener "
+            "(informational on a single node).",
         ),
         d(
             "controller.listener.names",
             _LI,
             None,
-            "Listener names used by controllers (informational on a single node).",
+            "Listener names used by controllers: served, but never given to clients in "
+            "Metadata (on a single node they answer every API like the other listeners).",
         ),
         d(
             "process.roles",
@@ -1365,11 +1370,7 @@ class BrokerConfig:
         self._check_consistency()
 
     def _check_consistency(self) -> None:
-        protocols = self.security_protocol_map
-        _parse_endpoints("listeners", self._list("listeners"), protocols)
-        advertised = self.get("advertised.listeners")
-        if isinstance(advertised, tuple):
-            _parse_endpoints("advertised.listeners", advertised, protocols)
+        self._check_listener_names()
         low, high = (
             self.get_int("group.min.session.timeout.ms"),
             self.get_int("group.max.session.timeout.ms"),
@@ -1493,13 +1494,83 @@ class BrokerConfig:
         return _parse_endpoints("listeners", self._list("listeners"), self.security_protocol_map)
 
     @property
+    def controller_listener_names(self) -> tuple[str, ...]:
+        return tuple(name.upper() for name in self._list("controller.listener.names"))
+
+    @property
     def advertised_listeners(self) -> list[Endpoint]:
-        """``advertised.listeners``, or ``listeners`` when unset (hosts as written)."""
-        if self.get("advertised.listeners") is None:
-            return self.listeners
-        return _parse_endpoints(
-            "advertised.listeners", self._list("advertised.listeners"), self.security_protocol_map
-        )
+        """The address clients are given for each listener brokers are reached on, in
+        ``listeners`` order (hosts as written).
+
+        A listener named in ``advertised.listeners`` is given as written there; one that
+        is not keeps its ``listeners`` address. Controller listeners
+        (``controller.listener.names``) are left out: clients are never sent to them, as in
+        Kafka, where only broker listeners are registered."""
+        advertised = {
+            endpoint.name: endpoint
+            for endpoint in _parse_endpoints(
+                "advertised.listeners",
+                self._list("advertised.listeners"),
+                self.security_protocol_map,
+            )
+        }
+        controllers = self.controller_listener_names
+        return [
+            advertised.get(listener.name, listener)
+            for listener in self.listeners
+            if listener.name not in controllers
+        ]
+
+    def _check_listener_names(self) -> None:
+        """The listener settings agree with each other, as Kafka checks at start."""
+        protocols = self.security_protocol_map
+        listeners = _parse_endpoints("listeners", self._list("listeners"), protocols)
+        names = [listener.name for listener in listeners]
+        if not names:
+            raise ConfigError("listeners", "", "at least one listener is needed")
+        advertised_items = self._list("advertised.listeners")
+        for endpoint in _parse_endpoints("advertised.listeners", advertised_items, protocols):
+            if endpoint.name not in names:
+                raise ConfigError(
+                    "advertised.listeners",
+                    str(endpoint),
+                    f"listener {endpoint.name} is not in listeners ({', '.join(names)})",
+                )
+        controllers = self.controller_listener_names
+        missing = [name for name in controllers if name not in names]
+        if missing:
+            raise ConfigError(
+                "controller.listener.names",
+                ",".join(controllers),
+                f"listener {missing[0]} is not in listeners ({', '.join(names)})",
+            )
+        broker_listeners = [name for name in names if name not in controllers]
+        if not broker_listeners:
+            raise ConfigError(
+                "controller.listener.names",
+                ",".join(controllers),
+                "names every listener; a broker needs one in listeners for its clients",
+            )
+        inter_broker = self.get_str("inter.broker.listener.name")
+        if inter_broker is not None and inter_broker.upper() not in broker_listeners:
+            raise ConfigError(
+                "inter.broker.listener.name",
+                inter_broker,
+                f"must be one of the broker listeners ({', '.join(broker_listeners)})",
+            )
+        for endpoint in self.advertised_listeners:
+            if endpoint.host in _UNROUTABLE_HOSTS:
+                source = (
+                    "advertised.listeners"
+                    if endpoint.name in {e.partition("://")[0].upper() for e in advertised_items}
+                    else "listeners"
+                )
+                raise ConfigError(
+                    source,
+                    str(endpoint),
+                    f"{endpoint.host} cannot be given to clients as an address; set "
+                    f"advertised.listeners={endpoint.name}://<host clients reach>:{endpoint.port}",
+                )
 
     @property
     def log_dirs(self) -> list[Path]:

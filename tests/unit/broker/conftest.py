@@ -29,6 +29,7 @@ class FakeClock:
 
 class _NoConnection:
     peer = "test:0"
+    listener = "PLAINTEXT"
 
 
 @pytest.fixture

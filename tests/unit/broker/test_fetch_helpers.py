@@ -36,6 +36,7 @@ from tidelog.storage import LogConfig
 
 class _NoConnection:
     peer = "test:0"
+    listener = "PLAINTEXT"
 
 
 def add_partitions(

@@ -245,9 +245,21 @@ def test_listeners() -> None:
         Endpoint("SSL", "::1", 9093, "SSL"),
     ]
     assert str(config.listeners[1]) == "SSL://[::1]:9093"
+    # A listener advertised.listeners leaves out keeps its own address.
     assert config.advertised_listeners == [
-        Endpoint("PLAINTEXT", "broker.example", 9092, "PLAINTEXT")
+        Endpoint("PLAINTEXT", "broker.example", 9092, "PLAINTEXT"),
+        Endpoint("SSL", "::1", 9093, "SSL"),
     ]
+    # Controller listeners are served but never given to clients.
+    split = BrokerConfig(
+        {
+            "listeners": "CONTROLLER://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+    )
+    assert [e.name for e in split.listeners] == ["CONTROLLER", "PLAINTEXT"]
+    assert split.advertised_listeners == [Endpoint("PLAINTEXT", "127.0.0.1", 9092, "PLAINTEXT")]
     mapped = BrokerConfig(
         {"listeners": "INTERNAL://h:1", "listener.security.protocol.map": "INTERNAL:SASL_SSL"}
     )
@@ -273,6 +285,12 @@ def test_listeners() -> None:
         ("listeners", "PLAINTEXT://h:99999", "65535"),
         ("listeners", "PLAINTEXT://h:1,PLAINTEXT://h:2", "twice"),
         ("listeners", "FOO://h:1", "listener.security.protocol.map"),
+        ("advertised.listeners", "SSL://h:1", "not in listeners"),
+        ("advertised.listeners", "PLAINTEXT://0.0.0.0:9092", "cannot be given to clients"),
+        ("listeners", "PLAINTEXT://0.0.0.0:9092", "advertised.listeners=PLAINTEXT://"),
+        ("controller.listener.names", "CONTROLLER", "not in listeners"),
+        ("controller.listener.names", "PLAINTEXT", "a broker needs one"),
+        ("inter.broker.listener.name", "INTERNAL", "one of the broker listeners"),
         ("listener.security.protocol.map", "A:NOPE", "LISTENER:PROTOCOL"),
         ("cluster.id", "has space", "characters"),
         ("log.dirs", "", "empty"),

@@ -108,6 +108,8 @@ class _Fetch:
     deadline_ms: int
     kind: int
     items: list[tuple[PartitionKey, CachedPartition]]
+    #: the listener the request came in on: the leader's address is given for that one
+    listener: str
     session: FetchSession | None = None
 
 
@@ -319,7 +321,7 @@ def _respond(fetch: _Fetch, broker: Broker, reads: list[_Read]) -> EncodedRespon
         current.partitions.append(result)
         leader_errors = leader_errors or result.current_leader is not None
     endpoints = (
-        [NodeEndpoint(broker.node_id, broker.advertised_host, broker.advertised_port)]
+        [NodeEndpoint(broker.node_id, *broker.endpoint(fetch.listener))]
         if leader_errors and fetch.version >= 16
         else []
     )
@@ -426,6 +428,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> object:
         deadline_ms=now + max_wait_ms,
         kind=kind,
         items=items,
+        listener=ctx.listener,
         session=session,
     )
     if fetch.replica_id >= 0:

@@ -91,6 +91,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     module = response_module("find_coordinator", version)
     broker = ctx.broker
+    host, port = broker.endpoint(ctx.listener)
 
     def where(error: ErrorCode) -> dict[str, Any]:
         ok = error is ErrorCode.NONE
@@ -98,8 +99,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> object:
             "error_code": error.to_kio(),
             "error_message": None if ok else error.message,
             "node_id": broker.node_id if ok else -1,
-            "host": broker.advertised_host if ok else "",
-            "port": broker.advertised_port if ok else -1,
+            "host": host if ok else "",
+            "port": port if ok else -1,
         }
 
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))

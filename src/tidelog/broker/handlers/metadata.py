@@ -72,16 +72,20 @@ ENDPOINT_TYPE_BROKER = 1
 
 
 def _brokers(ctx: RequestContext) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of every registered broker, this node first."""
+    """(node id, host, port, rack) of every registered broker, this node first, each at
+    its address on the listener the request came in on. As in Kafka, a broker without
+    that listener is left out: the client could not reach it the way it reached us."""
     broker = ctx.broker
     listed: list[tuple[int, str, int, str | None]] = [
-        (broker.node_id, broker.advertised_host, broker.advertised_port, None)
+        (broker.node_id, *broker.endpoint(ctx.listener), None)
     ]
     for node_id, registration in sorted(broker.image.brokers.items()):
-        if node_id == broker.node_id or not registration.endpoints:
+        if node_id == broker.node_id:
             continue
-        endpoint = registration.endpoints[0]
-        listed.append((node_id, endpoint.host, endpoint.port, registration.rack))
+        for endpoint in registration.endpoints:
+            if endpoint.name == ctx.listener:
+                listed.append((node_id, endpoint.host, endpoint.port, registration.rack))
+                break
     return listed
 
 
