@@ -43,6 +43,12 @@ WITHOUT_DAC_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_searc
 # `sh -c SCRIPT DIR BROKER-COMMAND...`: mount over DIR in a private mount namespace, then run
 # the broker there.
 READ_ONLY_BIND = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+# The same, for a copy of a stopped broker's data directory ("$1"): the broker starts (its
+# few appends fit in pages it already has) and its logs fail to close.
+FULL_TMPFS_OVER_COPY = (
+    'mount -t tmpfs -o size=1m tmpfs "$0" && cp -a "$1/." "$0/" && '
+    '{ head -c 4194304 /dev/zero > "$0/filler" 2>/dev/null; true; } && shift && exec "$@"'
+)
 FULL_TMPFS = (
     'mount -t tmpfs -o size=64k tmpfs "$0" && '
     '{ head -c 1048576 /dev/zero > "$0/filler" 2>/dev/null; true; } && exec "$@"'
@@ -217,3 +223,21 @@ def test_a_port_in_use_is_one_line_and_what_was_opened_is_closed(brokers: Broker
     # closed as at a clean stop, and the next start on the free port serves them.
     assert (broker.data_dir / CLEAN_SHUTDOWN_MARKER).exists()
     broker.start()
+
+
+def test_a_disk_full_at_the_stop_is_one_line(brokers: Brokers) -> None:
+    first = brokers()
+    assert first.stop() == 0
+    broker = brokers(ready=False, data_dir=first.workdir / "full")
+    broker.data_dir.mkdir()
+    script = ["sh", "-c", FULL_TMPFS_OVER_COPY, str(broker.data_dir), str(first.data_dir)]
+    broker.prefix = ["unshare", "--mount", "--", *script]
+    broker.start()
+
+    assert broker.stop() == 1
+    said = broker.log_tail(20).split("=== start #1")[-1]
+    assert "Traceback" not in said
+    last = said.strip().splitlines()[-1]
+    assert last.startswith("tidelog serve: closing failed, the next start recovers: log.dirs: ")
+    assert "No space left on device" in last
+    assert "broker stopped cleanly" not in said

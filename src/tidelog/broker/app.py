@@ -50,6 +50,11 @@ class StartupError(Exception):
     """The broker could not start; the message is one line naming the path or key and the fix."""
 
 
+class StopError(Exception):
+    """Closing the logs failed (a full disk...): they are not marked clean, so the next start
+    recovers them. The message is one line."""
+
+
 class BrokerApp:
     """One broker process's parts, in start order."""
 
@@ -234,32 +239,39 @@ async def serve_until_signalled(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    failed: StartupError | None = None
     try:
         try:
             await app.start()
         except (OSError, LockHeldError, MetadataError, StorageError) as exc:
             # The listener being bound when a bind fails.
             binding = config.listeners[:1] if app.server is None else []
-            raise StartupError(startup_failure(config, exc, binding)) from exc
+            failed = StartupError(failure_line(config, exc, binding))
+            raise failed from exc
         if on_started is not None:
             await on_started(app)
         await stop.wait()
         _log.info("shutting down")
     finally:
-        await app.stop()
+        try:
+            await app.stop()
+        except (OSError, StorageError) as exc:
+            closing = f"closing failed, the next start recovers: {failure_line(config, exc)}"
+            if failed is not None:
+                raise StartupError(f"{failed}; then {closing}") from exc
+            raise StopError(closing) from exc
 
 
 def run_broker(config: BrokerConfig) -> None:
-    """Run until SIGTERM/SIGINT; :class:`StartupError` if the broker could not start."""
+    """Run until SIGTERM/SIGINT; :class:`StartupError` if the broker could not start,
+    :class:`StopError` if it could not close its logs."""
     import uvloop
 
     uvloop.run(serve_until_signalled(config))
 
 
-def startup_failure(
-    config: BrokerConfig, exc: BaseException, binding: Sequence[Endpoint] = ()
-) -> str:
-    """What stopped the start, and the fix, in one line naming the path or config key.
+def failure_line(config: BrokerConfig, exc: BaseException, binding: Sequence[Endpoint] = ()) -> str:
+    """What went wrong, and the fix, in one line naming the path or config key.
 
     ``binding``: the listener being bound when the failure happened, if any.
     """

@@ -62,12 +62,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for warning in config.warnings:
         logging.getLogger("tidelog.serve").warning("%s", warning)
-    from tidelog.broker.app import StartupError, run_broker
+    from tidelog.broker.app import StartupError, StopError, run_broker
 
     try:
         run_broker(config)
     except StartupError as exc:
         # One line, after whatever the start had opened was closed again.
         print(f"tidelog serve: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except StopError as exc:
+        print(f"tidelog serve: {exc}", file=sys.stderr)
         return 1
     return 0
