@@ -3,7 +3,8 @@
 Each test runs its steps in one JVM where it can (`JavaClient.batch`, see java_harness.py):
 create and describe topics, produce with every codec with idempotence on and off, consume by
 offset, ListOffsets (earliest, latest, by timestamp), offsetsForTimes, describe and
-incrementally alter configs, CreatePartitions, DeleteTopics and a consumer group.
+incrementally alter topic and broker configs (and Kafka's refusals), CreatePartitions,
+DeleteTopics and a consumer group.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from interop_data import (
     offset_at_or_after,
     wait_until,
 )
-from java_harness import JavaClient, consume_step, delivered, produce_step, step, to_gots
+from java_harness import (
+    JavaClient,
+    JavaClientError,
+    consume_step,
+    delivered,
+    produce_step,
+    step,
+    to_gots,
+)
 
 
 def test_create_topic_and_metadata(
@@ -136,6 +145,44 @@ def test_describe_and_alter_configs(java: JavaClient, topic_name: str) -> None:
     )
     assert before["configs"]["retention.ms"] == "3600000"
     assert after["configs"]["retention.ms"] == "7200000"
+
+
+KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
+INVALID_REQUEST = "org.apache.kafka.common.errors.InvalidRequestException"
+INVALID_CONFIG = "org.apache.kafka.common.errors.InvalidConfigurationException"
+
+
+def test_alter_kafka_broker_config_without_effect(java: JavaClient) -> None:
+    # A Kafka broker config Tidelog accepts and stores but does not act on.
+    (before,), _, (after,) = java.batch(
+        step("describe-configs", broker="1"),
+        step("alter-configs", broker="1", set={KERBEROS_RELOGIN: "90000"}),
+        step("describe-configs", broker="1"),
+    )
+    assert before["configs"][KERBEROS_RELOGIN] == "60000"
+    assert after["configs"][KERBEROS_RELOGIN] == "90000"
+
+
+@pytest.mark.parametrize(
+    ("resource", "name", "value", "error"),
+    [
+        ("1", "broker.id", "7", INVALID_REQUEST),
+        ("1", "log.dirs", "/elsewhere", INVALID_REQUEST),
+        ("1", KERBEROS_RELOGIN, "soon", INVALID_REQUEST),
+        ("1", "sasl.kerberos.no.such.key", "1", INVALID_CONFIG),
+        # A per-broker key has no cluster-wide default in Kafka.
+        ("", KERBEROS_RELOGIN, "150000", INVALID_REQUEST),
+    ],
+    ids=["read-only-id", "read-only-dirs", "wrong-type", "unknown", "per-broker-on-default"],
+)
+def test_alter_broker_config_refusals(
+    java: JavaClient, resource: str, name: str, value: str, error: str
+) -> None:
+    with pytest.raises(JavaClientError) as refused:
+        java.one("alter-configs", {"broker": resource, "set": {name: value}})
+    assert refused.value.error == error, refused.value
+    # Nothing of a refused request is stored.
+    assert java.one("describe-configs", {"broker": resource})["configs"].get(name) != value
 
 
 def test_create_partitions(java: JavaClient, topic_name: str) -> None:

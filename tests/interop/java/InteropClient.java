@@ -20,8 +20,9 @@
 //   create-topic    {topic, partitions, replication?, topic_configs?} -> {}
 //   list-topics     {} -> {"topics": [names]}
 //   describe-topic  {topic} -> {"name", "partitions": [{partition, leader, replicas, isr}]}
-//   describe-configs {topic} -> {"configs": {name: value}}
-//   alter-configs   {topic, set?: {name: value}, delete?: [names]} -> {}  (incremental)
+//   describe-configs {topic | broker} -> {"configs": {name: value}}
+//   alter-configs   {topic | broker, set?: {name: value}, delete?: [names]} -> {}  (incremental)
+//                   broker: a node id, or "" for the cluster-wide broker default.
 //   create-partitions {topic, total} -> {}
 //   delete-topic    {topic} -> {}
 //   list-offsets    {topic, partitions, spec: "earliest"|"latest"|"timestamp", timestamp?}
@@ -162,7 +163,7 @@ public final class InteropClient {
                 case "create-topic": result = createTopic(admin, o); break;
                 case "list-topics": result = listTopics(admin); break;
                 case "describe-topic": result = describeTopic(admin, str(o, "topic")); break;
-                case "describe-configs": result = describeConfigs(admin, str(o, "topic")); break;
+                case "describe-configs": result = describeConfigs(admin, o); break;
                 case "alter-configs": result = alterConfigs(admin, o); break;
                 case "create-partitions": result = createPartitions(admin, o); break;
                 case "delete-topic": result = deleteTopic(admin, o); break;
@@ -483,8 +484,14 @@ public final class InteropClient {
         return out;
     }
 
-    private static Object describeConfigs(Admin admin, String topic) throws Exception {
-        ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+    /** The resource a configs command names: {"broker": id} (a BROKER resource), else {"topic"}. */
+    private static ConfigResource configResource(Map<String, Object> o) {
+        if (o.containsKey("broker")) return new ConfigResource(ConfigResource.Type.BROKER, str(o, "broker"));
+        return new ConfigResource(ConfigResource.Type.TOPIC, str(o, "topic"));
+    }
+
+    private static Object describeConfigs(Admin admin, Map<String, Object> o) throws Exception {
+        ConfigResource res = configResource(o);
         Config config = admin.describeConfigs(List.of(res)).all().get().get(res);
         Map<String, Object> cfg = new TreeMap<>();
         for (ConfigEntry e : config.entries()) cfg.put(e.name(), e.value());
@@ -494,7 +501,7 @@ public final class InteropClient {
     }
 
     private static Object alterConfigs(Admin admin, Map<String, Object> o) throws Exception {
-        ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, str(o, "topic"));
+        ConfigResource res = configResource(o);
         List<AlterConfigOp> ops = new ArrayList<>();
         if (o.get("set") != null) {
             for (Map.Entry<String, Object> e : asMap(o.get("set")).entrySet()) {
