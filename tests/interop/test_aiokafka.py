@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import InvalidConfigurationError, InvalidRequestError, KafkaError
 from aiokafka.structs import ConsumerRecord, RecordMetadata
 from interop_broker import BrokerProcess
 from interop_data import (
@@ -261,6 +262,69 @@ def test_describe_and_alter_configs(broker: BrokerProcess, topic_name: str) -> N
             (response,) = await admin.alter_configs([resource])
             assert [(r[0], r[3]) for r in response.resources] == [(0, topic_name)]
             assert (await topic_configs(admin, topic_name))["retention.ms"] == "7200000"
+        finally:
+            await admin.close()
+
+    run(scenario)
+
+
+KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
+
+
+async def broker_configs(admin: AIOKafkaAdminClient) -> dict[str, str]:
+    (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")])
+    (resource,) = response.resources
+    error_code, _message, _type, name, entries = resource[:5]
+    assert (error_code, name) == (0, "1")
+    return {entry[0]: entry[1] for entry in entries}
+
+
+async def alter_broker_config(admin: AIOKafkaAdminClient, name: str, value: str) -> int:
+    """Alters one config of broker 1; returns the error code the broker answered for it.
+
+    aiokafka has no IncrementalAlterConfigs: alter_configs sends the legacy AlterConfigs, one
+    request for the broker resources and one (here empty) for all the others.
+    """
+    resource = ConfigResource(ConfigResourceType.BROKER, "1", configs={name: value})
+    responses = await admin.alter_configs([resource])
+    answered = [(r[0], r[2], r[3]) for response in responses for r in response.resources]
+    ((error_code, resource_type, resource_name),) = answered
+    assert (resource_type, resource_name) == (ConfigResourceType.BROKER, "1")
+    return int(error_code)
+
+
+def test_alter_kafka_broker_config_without_effect(broker: BrokerProcess) -> None:
+    # A Kafka broker config Tidelog accepts and stores but does not act on.
+    async def scenario() -> None:
+        admin = await started_admin(broker)
+        try:
+            assert (await broker_configs(admin))[KERBEROS_RELOGIN] == "60000"
+            assert await alter_broker_config(admin, KERBEROS_RELOGIN, "120000") == 0
+            assert (await broker_configs(admin))[KERBEROS_RELOGIN] == "120000"
+        finally:
+            await admin.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("broker.id", "7", InvalidRequestError),
+        ("log.dirs", "/elsewhere", InvalidRequestError),
+        (KERBEROS_RELOGIN, "soon", InvalidRequestError),
+        ("sasl.kerberos.no.such.key", "1", InvalidConfigurationError),
+    ],
+    ids=["read-only-id", "read-only-dirs", "wrong-type", "unknown"],
+)
+def test_alter_broker_config_refusals(
+    broker: BrokerProcess, name: str, value: str, error: type[KafkaError]
+) -> None:
+    async def scenario() -> None:
+        admin = await started_admin(broker)
+        try:
+            assert await alter_broker_config(admin, name, value) == error.errno
+            assert (await broker_configs(admin)).get(name) != value
         finally:
             await admin.close()
 

@@ -20,7 +20,7 @@ from interop_data import (
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.consumer.fetcher import ConsumerRecord
-from kafka.errors import KafkaError
+from kafka.errors import InvalidConfigurationError, InvalidRequestError, KafkaError
 from kafka.producer.future import RecordMetadata
 
 TIMEOUT_MS = 20_000
@@ -223,6 +223,63 @@ def test_describe_and_alter_configs(admin: KafkaAdminClient, topic_name: str) ->
     )
     assert answer == {"topic": {topic_name: "OK"}}
     assert topic_configs(admin, topic_name)["retention.ms"] == "7200000"
+
+
+KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
+
+
+def broker_configs(admin: KafkaAdminClient) -> dict[str, str | None]:
+    answer = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all"
+    )
+    return {name: entry["value"] for name, entry in answer["broker"]["1"].items()}
+
+
+def alter_broker_config(
+    admin: KafkaAdminClient, name: str, value: str, *, incremental: bool
+) -> dict[str, dict[str, str]]:
+    """Alters one config of broker 1 with AlterConfigs or IncrementalAlterConfigs; returns
+    kafka-python's answer, {"broker": {"1": "OK" or the error as text}}.
+
+    raise_on_unknown=False leaves every check to the broker: kafka-python would otherwise
+    refuse names its own DescribeConfigs does not list as dynamic before sending anything.
+    """
+    resource = ConfigResource(ConfigResourceType.BROKER, "1", configs={name: value})
+    answer: dict[str, dict[str, str]] = admin.alter_configs(
+        [resource], raise_on_unknown=False, incremental=incremental
+    )
+    return answer
+
+
+def test_alter_kafka_broker_config_without_effect(admin: KafkaAdminClient) -> None:
+    # A Kafka broker config Tidelog accepts and stores but does not act on. kafka-python 3 has
+    # no incremental_alter_configs method: alter_configs(incremental=False) sends the legacy
+    # AlterConfigs, incremental=True IncrementalAlterConfigs.
+    assert broker_configs(admin)[KERBEROS_RELOGIN] == "60000"
+    for incremental, value in ((False, "120000"), (True, "90000")):
+        answer = alter_broker_config(admin, KERBEROS_RELOGIN, value, incremental=incremental)
+        assert answer == {"broker": {"1": "OK"}}
+        assert broker_configs(admin)[KERBEROS_RELOGIN] == value
+
+
+@pytest.mark.parametrize("incremental", [False, True], ids=["legacy", "incremental"])
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("broker.id", "7", InvalidRequestError),
+        ("log.dirs", "/elsewhere", InvalidRequestError),
+        (KERBEROS_RELOGIN, "soon", InvalidRequestError),
+        ("sasl.kerberos.no.such.key", "1", InvalidConfigurationError),
+    ],
+    ids=["read-only-id", "read-only-dirs", "wrong-type", "unknown"],
+)
+def test_alter_broker_config_refusals(
+    admin: KafkaAdminClient, name: str, value: str, error: type[KafkaError], incremental: bool
+) -> None:
+    answer = alter_broker_config(admin, name, value, incremental=incremental)
+    # kafka-python answers a refused resource with its error as text: "[Error 42] Name: ...".
+    assert answer["broker"]["1"].startswith(f"[Error {error.errno}] {error.__name__}:"), answer
+    assert broker_configs(admin).get(name) != value
 
 
 def test_create_partitions(broker: BrokerProcess, admin: KafkaAdminClient, topic_name: str) -> None:
