@@ -23,7 +23,7 @@ import contextlib
 import errno
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from tidelog.broker.broker import Broker, wall_clock_ms
@@ -33,10 +33,10 @@ from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
 from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
 from tidelog.metadata.controller import Controller
-from tidelog.metadata.errors import MetadataError
+from tidelog.metadata.errors import ConfigError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
-from tidelog.protocol import SUPPORTED_VERSIONS, restrict
+from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, VersionRange, restrict
 from tidelog.runtime.filelock import FileLock, LockHeldError
 from tidelog.storage import LogManager, StorageError, lock_log_dirs
 
@@ -55,6 +55,23 @@ class StopError(Exception):
     recovers them. The message is one line."""
 
 
+#: The security protocols a listener is served with today. A listener named for another
+#: one must not start and quietly speak plain text to clients that expect TLS or SASL.
+SERVED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+
+
+def check_listeners_served(config: BrokerConfig) -> None:
+    """Refuse, before anything is opened, a listener whose security protocol is not served."""
+    for listener in config.listeners:
+        if listener.security_protocol not in SERVED_SECURITY_PROTOCOLS:
+            raise ConfigError(
+                "listeners",
+                str(listener),
+                f"security protocol {listener.security_protocol} is not supported yet; "
+                "Tidelog serves PLAINTEXT listeners only (see docs/compatibility.md)",
+            )
+
+
 class BrokerApp:
     """One broker process's parts, in start order."""
 
@@ -64,17 +81,20 @@ class BrokerApp:
         self.controller: Controller | None = None
         self.logs: LogManager | None = None
         self.broker: Broker | None = None
-        self.server: BrokerServer | None = None
+        #: one server per listener, in ``listeners`` order
+        self.servers: list[BrokerServer] = []
         self._background: list[asyncio.Task[None]] = []
         self._dir_locks: list[FileLock] = []
         self._started = False
 
     @property
     def port(self) -> int:
-        assert self.server is not None
-        return self.server.port
+        """The bound port of the first listener."""
+        assert self.servers, "not listening"
+        return self.servers[0].port
 
     async def start(self) -> None:
+        check_listeners_served(self.static_config)
         loop = asyncio.get_running_loop()
         # Before anything in the log dirs is read or written (Controller.start reads
         # meta.properties and the metadata log there): one process owns them.
@@ -126,32 +146,53 @@ class BrokerApp:
         broker.groups = GroupDriver(broker)
         await broker.groups.start()
 
-        listener = config.listeners[0]
-        advertised = (config.advertised_listeners or [listener])[0]
-        broker.advertised_host = advertised.host or "127.0.0.1"
         accepted = restrict(HANDLERS.keys(), SUPPORTED_VERSIONS)
         broker.advertised_versions = accepted
-        server = BrokerServer(
-            broker,
-            listener.host or "0.0.0.0",
-            listener.port,
-            HANDLERS,
-            accepted,
-            max_frame_size=config.socket_request_max_bytes,
-            max_in_flight=config.queued_max_requests,
-        )
-        await server.start()
-        self.server = server
-        broker.advertised_port = advertised.port if advertised.port else server.port
+        await self._listen(broker, config, accepted)
         self._start_background(config)
         self._started = True
         _log.info(
-            "broker %d serving on %s:%d (cluster %s, %d partitions)",
+            "broker %d serving on %s (cluster %s, %d partitions)",
             config.node_id,
-            broker.advertised_host,
-            broker.advertised_port,
+            ", ".join(
+                f"{server.listener}://{host}:{port}"
+                for server in self.servers
+                for host, port in [broker.endpoint(server.listener)]
+            ),
             broker.cluster_id,
             len(broker.partitions),
+        )
+
+    async def _listen(
+        self, broker: Broker, config: BrokerConfig, accepted: Mapping[ApiKey, VersionRange]
+    ) -> None:
+        """Serve every listener; clients of each one are given its advertised address.
+
+        A listener bound to port 0 is advertised at the port it got. A listener that cannot
+        bind stops the start; the ones already bound are closed by :meth:`stop`."""
+        advertised = {endpoint.name: endpoint for endpoint in config.advertised_listeners}
+        for listener in config.listeners:
+            server = BrokerServer(
+                broker,
+                listener.host or "0.0.0.0",
+                listener.port,
+                HANDLERS,
+                accepted,
+                max_frame_size=config.socket_request_max_bytes,
+                max_in_flight=config.queued_max_requests,
+                listener=listener.name,
+            )
+            await server.start()
+            self.servers.append(server)
+            given = advertised.get(listener.name)
+            if given is not None:
+                broker.listener_endpoints[listener.name] = (
+                    given.host or "127.0.0.1",
+                    given.port or server.port,
+                )
+        # The configuration guarantees at least one broker (non-controller) listener.
+        broker.advertised_host, broker.advertised_port = next(
+            iter(broker.listener_endpoints.values())
         )
 
     def _start_background(self, config: BrokerConfig) -> None:
@@ -215,8 +256,7 @@ class BrokerApp:
             await self.broker.groups.stop()
         if self.broker is not None:
             self.broker.begin_stopping()
-        if self.server is not None:
-            await self.server.shutdown()
+        await asyncio.gather(*(server.shutdown() for server in self.servers))
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -244,8 +284,8 @@ async def serve_until_signalled(
         try:
             await app.start()
         except (OSError, LockHeldError, MetadataError, StorageError) as exc:
-            # The listener being bound when a bind fails.
-            binding = config.listeners[:1] if app.server is None else []
+            # The listener being bound when a bind fails: servers start in listeners order.
+            binding = config.listeners[len(app.servers) : len(app.servers) + 1]
             failed = StartupError(failure_line(config, exc, binding))
             raise failed from exc
         if on_started is not None:
@@ -284,7 +324,9 @@ def failure_line(config: BrokerConfig, exc: BaseException, binding: Sequence[End
     if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
         where = " and ".join(map(str, binding or config.listeners))
         if exc.errno == errno.EADDRINUSE:
-            return f"listeners: {where} is in use by another process; choose another port (--port)"
+            # --port sets a lone listener; with several, only listeners can move one.
+            fix = "(--port)" if len(config.listeners) == 1 else "in listeners"
+            return f"listeners: {where} is in use by another process; choose another port {fix}"
         return f"listeners: {where} is not an address of this machine; choose another (--host)"
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc)
