@@ -2072,17 +2072,22 @@ class AIOProducer:
         still outstanding (0 unless ``timeout`` seconds passed first)."""
         while self._inbox:
             self._take_inbox()
-        batches, sinks = self._unsettled()
-        if not batches and not sinks:
+        unsettled, sinks = self._unsettled()
+        if not unsettled and not sinks:
             return 0
         if self._progress is None:
             self._progress = asyncio.Event()
         self._flushing += 1
         self._wake()
         deadline = None if timeout is None else time.monotonic() + timeout
+        # Waited for one at a time, the first first: each settled batch wakes this loop,
+        # and looking through all of them at each wake-up would cost thousands of batches
+        # squared when buffer.memory holds thousands.
+        batches = deque(unsettled)
         try:
             while True:
-                batches = [b for b in batches if not b.settled]
+                while batches and batches[0].settled:
+                    batches.popleft()
                 # Records still waiting for their topic's metadata: checked one by one (few).
                 sinks = [s for s in sinks if not s.done()]
                 left = None if deadline is None else deadline - time.monotonic()
@@ -2093,7 +2098,7 @@ class AIOProducer:
                     await asyncio.wait_for(self._progress.wait(), min(left or 0.05, 0.05))
         finally:
             self._flushing -= 1
-        return sum(b.count for b in batches) + len(sinks)
+        return sum(b.count for b in batches if not b.settled) + len(sinks)
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush (at most ``timeout`` seconds), then fail what is left and disconnect."""
