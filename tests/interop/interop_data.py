@@ -154,3 +154,22 @@ def wait_until(predicate: Callable[[], object], what: str, timeout: float = 15.0
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
+
+
+# -- broker configs ------------------------------------------------------------------------
+
+#: A Kafka broker config Tidelog accepts and stores but does not act on (no Kerberos).
+KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+
+#: (name, value, Kafka error code) of broker-config changes on broker "1" that Kafka refuses:
+#: read-only keys and a value of the wrong type are INVALID_REQUEST, an unknown name is
+#: INVALID_CONFIG. Every client family's admin test runs the same cases.
+BROKER_CONFIG_REFUSALS = (
+    ("broker.id", "7", INVALID_REQUEST),
+    ("log.dirs", "/elsewhere", INVALID_REQUEST),
+    (KERBEROS_RELOGIN, "soon", INVALID_REQUEST),
+    ("sasl.kerberos.no.such.key", "1", INVALID_CONFIG),
+)
+BROKER_CONFIG_REFUSAL_IDS = ("read-only-id", "read-only-dirs", "wrong-type", "unknown")

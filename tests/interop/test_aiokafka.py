@@ -14,11 +14,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import InvalidConfigurationError, InvalidRequestError, KafkaError
 from aiokafka.structs import ConsumerRecord, RecordMetadata
 from interop_broker import BrokerProcess
 from interop_data import (
+    BROKER_CONFIG_REFUSAL_IDS,
+    BROKER_CONFIG_REFUSALS,
     CODECS,
+    KERBEROS_RELOGIN,
     Got,
     Rec,
     assert_read_back,
@@ -268,9 +270,6 @@ def test_describe_and_alter_configs(broker: BrokerProcess, topic_name: str) -> N
     run(scenario)
 
 
-KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
-
-
 async def broker_configs(admin: AIOKafkaAdminClient) -> dict[str, str]:
     (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")])
     (resource,) = response.resources
@@ -308,22 +307,15 @@ def test_alter_kafka_broker_config_without_effect(broker: BrokerProcess) -> None
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "error"),
-    [
-        ("broker.id", "7", InvalidRequestError),
-        ("log.dirs", "/elsewhere", InvalidRequestError),
-        (KERBEROS_RELOGIN, "soon", InvalidRequestError),
-        ("sasl.kerberos.no.such.key", "1", InvalidConfigurationError),
-    ],
-    ids=["read-only-id", "read-only-dirs", "wrong-type", "unknown"],
+    ("name", "value", "error"), BROKER_CONFIG_REFUSALS, ids=BROKER_CONFIG_REFUSAL_IDS
 )
 def test_alter_broker_config_refusals(
-    broker: BrokerProcess, name: str, value: str, error: type[KafkaError]
+    broker: BrokerProcess, name: str, value: str, error: int
 ) -> None:
     async def scenario() -> None:
         admin = await started_admin(broker)
         try:
-            assert await alter_broker_config(admin, name, value) == error.errno
+            assert await alter_broker_config(admin, name, value) == error
             assert (await broker_configs(admin)).get(name) != value
         finally:
             await admin.close()

@@ -15,7 +15,12 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from interop_broker import BrokerProcess
 from interop_data import (
+    BROKER_CONFIG_REFUSAL_IDS,
+    BROKER_CONFIG_REFUSALS,
     CODECS,
+    INVALID_CONFIG,
+    INVALID_REQUEST,
+    KERBEROS_RELOGIN,
     assert_read_back,
     base_timestamp,
     make_records,
@@ -147,9 +152,11 @@ def test_describe_and_alter_configs(java: JavaClient, topic_name: str) -> None:
     assert after["configs"]["retention.ms"] == "7200000"
 
 
-KERBEROS_RELOGIN = "sasl.kerberos.min.time.before.relogin"
-INVALID_REQUEST = "org.apache.kafka.common.errors.InvalidRequestException"
-INVALID_CONFIG = "org.apache.kafka.common.errors.InvalidConfigurationException"
+#: The exception the Java admin client raises for each Kafka error code.
+JAVA_EXCEPTION = {
+    INVALID_REQUEST: "org.apache.kafka.common.errors.InvalidRequestException",
+    INVALID_CONFIG: "org.apache.kafka.common.errors.InvalidConfigurationException",
+}
 
 
 def test_alter_kafka_broker_config_without_effect(java: JavaClient) -> None:
@@ -166,21 +173,18 @@ def test_alter_kafka_broker_config_without_effect(java: JavaClient) -> None:
 @pytest.mark.parametrize(
     ("resource", "name", "value", "error"),
     [
-        ("1", "broker.id", "7", INVALID_REQUEST),
-        ("1", "log.dirs", "/elsewhere", INVALID_REQUEST),
-        ("1", KERBEROS_RELOGIN, "soon", INVALID_REQUEST),
-        ("1", "sasl.kerberos.no.such.key", "1", INVALID_CONFIG),
+        *(("1", *refusal) for refusal in BROKER_CONFIG_REFUSALS),
         # A per-broker key has no cluster-wide default in Kafka.
         ("", KERBEROS_RELOGIN, "150000", INVALID_REQUEST),
     ],
-    ids=["read-only-id", "read-only-dirs", "wrong-type", "unknown", "per-broker-on-default"],
+    ids=[*BROKER_CONFIG_REFUSAL_IDS, "per-broker-on-default"],
 )
 def test_alter_broker_config_refusals(
-    java: JavaClient, resource: str, name: str, value: str, error: str
+    java: JavaClient, resource: str, name: str, value: str, error: int
 ) -> None:
     with pytest.raises(JavaClientError) as refused:
         java.one("alter-configs", {"broker": resource, "set": {name: value}})
-    assert refused.value.error == error, refused.value
+    assert refused.value.error == JAVA_EXCEPTION[error], refused.value
     # Nothing of a refused request is stored.
     assert java.one("describe-configs", {"broker": resource})["configs"].get(name) != value
 
