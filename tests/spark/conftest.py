@@ -39,21 +39,15 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+    from spark_helpers import local_session
 
-    from tidelog.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidelog-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.schemaInference", "false")
-        .getOrCreate()
+    session = local_session(
+        **{
+            "spark.app.name": "tidelog-spark-tests",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.streaming.schemaInference": "false",
+        }
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     try:
         yield session
     finally:

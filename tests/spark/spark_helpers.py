@@ -1,9 +1,29 @@
-"""Helpers of the Spark tests: producing with confluent-kafka, source options, draining a
-stream with Trigger.AvailableNow."""
+"""Helpers of the Spark tests: a local SparkSession with the format registered, producing with
+confluent-kafka, source options, draining a stream with Trigger.AvailableNow."""
 
 from __future__ import annotations
 
 from typing import Any
+
+
+def local_session(**conf: str) -> Any:
+    """A ``local[2]`` SparkSession (UI off, 2 shuffle partitions, ``conf`` on top) with
+    ``format("tidelog")`` registered."""
+    from pyspark.sql import SparkSession
+
+    from tidelog.spark import register
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
 
 
 def produce(

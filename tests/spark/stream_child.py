@@ -14,18 +14,9 @@ import sys
 def main() -> None:
     bootstrap, topic, output, checkpoint, mode = sys.argv[1:6]
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from spark_helpers import local_session
 
-    from tidelog.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session()
     stream = (
         spark.readStream.format("tidelog")
         .option("kafka.bootstrap.servers", bootstrap)

@@ -136,3 +136,53 @@ def test_stream_copy_keyed_by_source_position(
     by_key = {m.key(): m.value() for m in got}
     assert len(got) == 900
     assert by_key == {f"{topic}:{i % 3}:{i // 3}".encode(): f"{i}".encode() for i in range(900)}
+
+
+def total_records(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records in the topic: the sum of its partitions' high watermarks."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return sum(
+            consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=30)[1]
+            for p in range(partitions)
+        )
+    finally:
+        consumer.close()
+
+
+def test_only_append_mode_writes_and_the_other_modes_name_it(
+    spark: Any, broker: Any, make_topic: Any, topic: str
+) -> None:
+    """Spark 4.3 refuses the default ErrorIfExists (and Ignore) for every Python data source
+    before any of its code runs, so ``save()`` without ``.mode("append")`` cannot work; its
+    error names Append. Overwrite reaches the source, which refuses it: a topic cannot be
+    truncated. Neither refused write leaves a record behind."""
+    from pyspark.errors import AnalysisException
+
+    make_topic(topic, 2)
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(20)], "key string, value string")
+
+    def writer() -> Any:
+        return (
+            df.write.format("tidelog")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("topic", topic)
+        )
+
+    for mode in (None, "ignore"):
+        with pytest.raises(AnalysisException) as refused:
+            (writer() if mode is None else writer().mode(mode)).save()
+        assert refused.value.getCondition() == "UNSUPPORTED_DATA_SOURCE_SAVE_MODE"
+        assert '"Append"' in str(refused.value)
+    with pytest.raises(Exception, match=r'a topic cannot be truncated; use \.mode\("append"\)'):
+        writer().mode("overwrite").save()
+    assert total_records(broker.bootstrap, topic, 2) == 0
+
+    writer().mode("append").save()
+    got = consume_all(broker.bootstrap, topic, 20)
+    assert sorted((m.key(), m.value()) for m in got) == sorted(
+        (f"k{i}".encode(), f"v{i}".encode()) for i in range(20)
+    )
+    assert total_records(broker.bootstrap, topic, 2) == 20

@@ -15,6 +15,8 @@ through :mod:`tidelog.client`.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -62,6 +64,12 @@ class TidelogDataSource(DataSource):
         return TidelogStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            # Spark's own error for the default mode suggests Overwrite; a topic cannot be
+            # truncated, so refuse it (as Spark's Kafka sink does) instead of appending.
+            raise TidelogOptionError(
+                'save mode Overwrite is not allowed: a topic cannot be truncated; use .mode("append")'
+            )
         options = parse_sink_options(self.options)
         check_sink_schema(schema, options)
         return TidelogBatchWriter(options)
@@ -72,9 +80,40 @@ class TidelogDataSource(DataSource):
         return TidelogStreamWriter(options)
 
 
+def worker_python(spark: Any) -> str | None:
+    """The interpreter the Python workers of ``format("tidelog")`` must run, when pyspark
+    would otherwise start ``python3`` from PATH (which may lack tidelog); None to keep
+    pyspark's choice.
+
+    Only when nothing names an interpreter (``PYSPARK_PYTHON``, ``spark.pyspark.python``),
+    and only for a local master, whose workers run on this machine and can start
+    ``sys.executable``; a cluster's nodes may not have that path."""
+    context = getattr(spark, "_sc", None)  # None for a Spark Connect session
+    if context is None or os.environ.get("PYSPARK_PYTHON"):
+        return None
+    if context.getConf().get("spark.pyspark.python") or not context.master.startswith("local"):
+        return None
+    return sys.executable
+
+
 def register(spark: Any) -> None:
-    """Register the ``tidelog`` format with ``spark`` (a SparkSession)."""
-    spark.dataSource.register(TidelogDataSource)
+    """Register the ``tidelog`` format with ``spark`` (a SparkSession).
+
+    The registered data source carries the interpreter its Python workers start; see
+    :func:`worker_python`. Other Python code of the session keeps pyspark's choice."""
+    python = worker_python(spark)
+    if python is None:
+        spark.dataSource.register(TidelogDataSource)
+        return
+    # pyspark stamps the context's pythonExec into the registered function, and every
+    # reader and writer of the source inherits it; restore it so UDFs are not affected.
+    context = spark._sc
+    previous = context.pythonExec
+    context.pythonExec = python
+    try:
+        spark.dataSource.register(TidelogDataSource)
+    finally:
+        context.pythonExec = previous
 
 
 __all__ = [
@@ -84,4 +123,5 @@ __all__ = [
     "TidelogOptionError",
     "register",
     "source_schema",
+    "worker_python",
 ]
