@@ -1,0 +1,85 @@
+"""What a Raft node needs from its disk: the replicated log and the quorum-state file.
+
+Both are injected, so that the node never touches a file itself: production wraps the
+partition log of ``__cluster_metadata-0`` and a ``quorum-state`` file; the simulation in
+``tidelog.testing`` keeps them in memory and loses what was not flushed when a node crashes.
+
+The log is shaped for snapshots (KIP-630): it starts at ``start_offset``, and the entries
+before it are summarised by the snapshot whose id is ``OffsetAndEpoch(start_offset, epoch)``.
+Nothing writes snapshots yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidelog.metadata.raft.messages import Entry, OffsetAndEpoch
+
+
+class RaftLog(Protocol):
+    """The replicated log of one node.
+
+    ``append`` and ``truncate_to`` change what the log holds at once; appended entries are
+    durable only after ``flush``. ``truncate_to`` is durable when it returns (truncating a
+    segment file is). A crash keeps exactly the entries below ``flushed_end_offset``.
+    """
+
+    def start_offset(self) -> int: ...
+
+    def end_offset(self) -> int: ...
+
+    def flushed_end_offset(self) -> int: ...
+
+    def last_epoch(self) -> int:
+        """The epoch of the last entry, or of the snapshot when the log is empty past it;
+        0 when there is neither."""
+        ...
+
+    def entry_epoch(self, offset: int) -> int:
+        """The epoch of the entry at ``offset`` (``start_offset <= offset < end_offset``)."""
+        ...
+
+    def read(self, start: int, max_bytes: int) -> Sequence[Entry]:
+        """Entries from ``start``: at least one if there is one, then while within
+        ``max_bytes`` of payload."""
+        ...
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append entries whose offsets continue the log and whose epochs never go down."""
+        ...
+
+    def truncate_to(self, end_offset: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """The leader-epoch cache: the largest epoch at or below ``epoch`` that the log holds
+        and the offset where it ends (the start of the next epoch, or the log end).
+        ``OffsetAndEpoch(start_offset, snapshot epoch or 0)`` when no entry is that old."""
+        ...
+
+    def latest_snapshot_id(self) -> OffsetAndEpoch | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumState:
+    """The contents of the quorum-state file: the epoch this node is in, whom it voted for in
+    that epoch, and the leader of that epoch if it knows one."""
+
+    epoch: int
+    voted_for: int | None
+    leader_id: int | None
+
+
+class QuorumStateStore(Protocol):
+    """The quorum-state file. ``write`` replaces the contents; they are durable after
+    ``flush`` only. ``read`` gives the durable contents after a restart (``None``: never
+    written)."""
+
+    def read(self) -> QuorumState | None: ...
+
+    def write(self, state: QuorumState) -> None: ...
+
+    def flush(self) -> None: ...
