@@ -5,7 +5,10 @@ their log offsets and returns a new image and a :class:`MetadataDelta` naming wh
 changed, which is what a broker needs to act (create or delete partition logs, give logs
 new configs). Replaying the same records from :meth:`MetadataImage.empty` always gives
 the same image: the image depends on nothing but the records and their offsets (the
-cluster id, read from ``meta.properties``, is passed to :meth:`empty`).
+cluster id, read from ``meta.properties``, is passed to :meth:`empty`). The image knows
+the offset and leader epoch it was built at (:attr:`MetadataImage.offset`, ``epoch``).
+Applying a change copies only the maps its records touch (copy on write), so a change to
+one partition does not cost a copy of the whole image.
 
 Rules of replay:
 
@@ -25,10 +28,12 @@ controller that checked them, so a violation means the log is not ours or is dam
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TypeVar
 
 from tidelog.metadata.errors import MetadataReplayError
 from tidelog.metadata.records import (
@@ -57,6 +62,8 @@ __all__ = [
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -130,13 +137,16 @@ class MetadataDelta:
         )
 
 
-def _frozen(mapping: dict[str, str]) -> Mapping[str, str]:
-    return MappingProxyType(mapping)
+def _frozen(mapping: Mapping[K, V]) -> Mapping[K, V]:
+    """A read-only view: the mapping itself when it is one already (not copied)."""
+    return mapping if isinstance(mapping, MappingProxyType) else MappingProxyType(mapping)
 
 
 @dataclass(frozen=True)
 class MetadataImage:
-    """The cluster metadata at :attr:`offset` (the last applied record; -1 when none)."""
+    """The cluster metadata as of :attr:`offset` (the last record or control batch loaded;
+    -1 when none) in :attr:`epoch` (the leader epoch of that batch, the Raft epoch that
+    wrote it; -1 when none)."""
 
     cluster_id: str | None
     topics_by_name: Mapping[str, TopicImage]
@@ -150,6 +160,7 @@ class MetadataImage:
     next_producer_id: int
     features: Mapping[str, int]
     offset: int = -1
+    epoch: int = -1
 
     @classmethod
     def empty(cls, cluster_id: str | None = None) -> MetadataImage:
@@ -187,9 +198,12 @@ class MetadataImage:
     # -- replay ------------------------------------------------------------------------
 
     def apply(
-        self, entries: Iterable[tuple[int, MetadataRecord]]
+        self, entries: Iterable[tuple[int, MetadataRecord]], *, epoch: int | None = None
     ) -> tuple[MetadataImage, MetadataDelta]:
-        """The image after ``entries`` ((offset, record) in log order) and what changed."""
+        """The image after ``entries`` ((offset, record) in log order) and what changed.
+
+        ``epoch``: the leader epoch of the batch the entries come from (None: unchanged).
+        """
         replay = _Replay(self)
         for offset, record in entries:
             if offset <= replay.offset:
@@ -197,22 +211,44 @@ class MetadataImage:
                     f"record at offset {offset} does not follow offset {replay.offset}"
                 )
             replay.apply(offset, record)
-        return replay.result()
+        image, delta = replay.result()
+        if epoch is not None and epoch != image.epoch:
+            self._check_epoch(epoch)
+            image = dataclasses.replace(image, epoch=epoch)
+        return image, delta
+
+    def advanced_to(self, offset: int, epoch: int) -> MetadataImage:
+        """This image at a later ``offset`` and ``epoch`` with nothing changed (the loader
+        passing a control batch, which holds no metadata records)."""
+        if offset <= self.offset:
+            raise MetadataReplayError(f"offset {offset} does not follow offset {self.offset}")
+        self._check_epoch(epoch)
+        return dataclasses.replace(self, offset=offset, epoch=epoch)
+
+    def _check_epoch(self, epoch: int) -> None:
+        if epoch < self.epoch:
+            raise MetadataReplayError(f"epoch {epoch} follows the later epoch {self.epoch}")
 
 
 class _Replay:
-    """Mutable working copy of an image; copies the maps it touches, once."""
+    """A working copy of an image that copies a map only when a record changes it.
+
+    A change to one partition copies that topic's partition map and the two topic
+    indexes (references only), never the config maps, the brokers or other topics'
+    partitions: replay cost follows what the records touch, not the image's size.
+    """
 
     def __init__(self, base: MetadataImage) -> None:
         self.base = base
         self.offset = base.offset
-        self.by_name = dict(base.topics_by_name)
-        self.by_id = dict(base.topics_by_id)
-        self.topic_configs = {k: dict(v) for k, v in base.topic_configs.items()}
-        self.broker_configs = {k: dict(v) for k, v in base.broker_configs.items()}
-        self.brokers = dict(base.brokers)
+        self.by_name: Mapping[str, TopicImage] = base.topics_by_name
+        self.by_id: Mapping[uuid.UUID, TopicImage] = base.topics_by_id
+        self._topics_copied = False
+        self.topic_configs = _ConfigsCopy(base.topic_configs)
+        self.broker_configs = _ConfigsCopy(base.broker_configs)
+        self.brokers: Mapping[int, BrokerRegistration] = base.brokers
         self.next_producer_id = base.next_producer_id
-        self.features = dict(base.features)
+        self.features: Mapping[str, int] = base.features
         # Partitions of the topics touched, by topic id.
         self.partitions: dict[uuid.UUID, dict[int, PartitionImage]] = {}
         self.created_topics: dict[uuid.UUID, str] = {}
@@ -224,6 +260,14 @@ class _Replay:
         self.registered: list[int] = []
         self.producer_ids_changed = False
         self.features_changed = False
+
+    def _writable_topics(self) -> tuple[dict[str, TopicImage], dict[uuid.UUID, TopicImage]]:
+        if not self._topics_copied:
+            self.by_name = dict(self.by_name)
+            self.by_id = dict(self.by_id)
+            self._topics_copied = True
+        assert isinstance(self.by_name, dict) and isinstance(self.by_id, dict)
+        return self.by_name, self.by_id
 
     def _topic(self, topic_id: uuid.UUID, what: str) -> TopicImage:
         topic = self.by_id.get(topic_id)
@@ -246,8 +290,9 @@ class _Replay:
             if record.topic_id in self.by_id:
                 raise MetadataReplayError(f"topic id {record.topic_id} is used twice")
             topic = TopicImage(record.name, record.topic_id, MappingProxyType({}))
-            self.by_name[record.name] = topic
-            self.by_id[record.topic_id] = topic
+            by_name, by_id = self._writable_topics()
+            by_name[record.name] = topic
+            by_id[record.topic_id] = topic
             self.partitions[record.topic_id] = {}
             self.created_topics[record.topic_id] = record.name
         elif isinstance(record, PartitionRecord):
@@ -292,10 +337,11 @@ class _Replay:
                 self.changed_partitions[key] = None
         elif isinstance(record, RemoveTopicRecord):
             topic = self._topic(record.topic_id, "remove topic")
-            del self.by_id[topic.topic_id]
-            del self.by_name[topic.name]
+            by_name, by_id = self._writable_topics()
+            del by_id[topic.topic_id]
+            del by_name[topic.name]
             self.partitions.pop(topic.topic_id, None)
-            if self.topic_configs.pop(topic.name, None) is not None:
+            if self.topic_configs.remove(topic.name):
                 self.changed_topic_configs.discard(topic.name)
             if self.created_topics.pop(topic.topic_id, None) is None:
                 self.deleted[topic.topic_id] = self.base.topics_by_id[topic.topic_id]
@@ -305,9 +351,11 @@ class _Replay:
         elif isinstance(record, ConfigRecord):
             self._apply_config(record)
         elif isinstance(record, RegisterBrokerRecord):
-            self.brokers[record.broker_id] = BrokerRegistration(
+            brokers = dict(self.brokers)
+            brokers[record.broker_id] = BrokerRegistration(
                 record.broker_id, record.incarnation_id, offset, record.endpoints, record.rack
             )
+            self.brokers = brokers
             self.registered.append(record.broker_id)
         elif isinstance(record, ProducerIdsRecord):
             if record.next_producer_id < self.next_producer_id:
@@ -318,10 +366,12 @@ class _Replay:
             self.next_producer_id = record.next_producer_id
             self.producer_ids_changed = True
         elif isinstance(record, FeatureLevelRecord):
+            features = dict(self.features)
             if record.level == 0:
-                self.features.pop(record.name, None)
+                features.pop(record.name, None)
             else:
-                self.features[record.name] = record.level
+                features[record.name] = record.level
+            self.features = features
             self.features_changed = True
 
     def _apply_config(self, record: ConfigRecord) -> None:
@@ -333,33 +383,30 @@ class _Replay:
             raise MetadataReplayError(
                 f"config record for unsupported resource type {record.resource_type}"
             )
-        values = store.setdefault(record.resource_name, {})
-        if record.value is None:
-            values.pop(record.name, None)
-        else:
-            values[record.name] = record.value
-        if not values:
-            del store[record.resource_name]
+        store.set(record.resource_name, record.name, record.value)
         changed.add(record.resource_name)
 
     def result(self) -> tuple[MetadataImage, MetadataDelta]:
-        for topic_id, parts in self.partitions.items():
-            old = self.by_id[topic_id]
-            topic = TopicImage(old.name, topic_id, MappingProxyType(dict(sorted(parts.items()))))
-            self.by_id[topic_id] = topic
-            self.by_name[topic.name] = topic
+        if self.partitions:
+            by_name, by_id = self._writable_topics()
+            for topic_id, parts in self.partitions.items():
+                old = by_id[topic_id]
+                topic = TopicImage(
+                    old.name, topic_id, MappingProxyType(dict(sorted(parts.items())))
+                )
+                by_id[topic_id] = topic
+                by_name[topic.name] = topic
         image = MetadataImage(
             cluster_id=self.base.cluster_id,
-            topics_by_name=MappingProxyType(self.by_name),
-            topics_by_id=MappingProxyType(self.by_id),
-            topic_configs=MappingProxyType({k: _frozen(v) for k, v in self.topic_configs.items()}),
-            broker_configs=MappingProxyType(
-                {k: _frozen(v) for k, v in self.broker_configs.items()}
-            ),
-            brokers=MappingProxyType(self.brokers),
+            topics_by_name=_frozen(self.by_name),
+            topics_by_id=_frozen(self.by_id),
+            topic_configs=self.topic_configs.result(),
+            broker_configs=self.broker_configs.result(),
+            brokers=_frozen(self.brokers),
             next_producer_id=self.next_producer_id,
-            features=MappingProxyType(self.features),
+            features=_frozen(self.features),
             offset=self.offset,
+            epoch=self.base.epoch,
         )
 
         def named(keys: Iterable[tuple[uuid.UUID, int]]) -> tuple[tuple[str, int], ...]:
@@ -379,3 +426,46 @@ class _Replay:
             features_changed=self.features_changed,
         )
         return image, delta
+
+
+class _ConfigsCopy:
+    """Config overrides by resource name, copied on write: the top map once, and a
+    resource's own map only when one of its keys changes."""
+
+    def __init__(self, base: Mapping[str, Mapping[str, str]]) -> None:
+        self._base = base
+        self._top: dict[str, Mapping[str, str]] | None = None
+        self._copied: dict[str, dict[str, str]] = {}
+
+    def _writable(self) -> dict[str, Mapping[str, str]]:
+        if self._top is None:
+            self._top = dict(self._base)
+        return self._top
+
+    def set(self, resource: str, key: str, value: str | None) -> None:
+        top = self._writable()
+        values = self._copied.get(resource)
+        if values is None:
+            values = dict(top.get(resource, _EMPTY))
+            self._copied[resource] = values
+            top[resource] = values
+        if value is None:
+            values.pop(key, None)
+        else:
+            values[key] = value
+
+    def remove(self, resource: str) -> bool:
+        """Drop every key of ``resource``; whether it had any."""
+        top = self._writable()
+        self._copied.pop(resource, None)
+        return top.pop(resource, None) is not None
+
+    def result(self) -> Mapping[str, Mapping[str, str]]:
+        if self._top is None:
+            return self._base
+        for resource, values in self._copied.items():
+            if values:
+                self._top[resource] = MappingProxyType(values)
+            else:
+                del self._top[resource]
+        return MappingProxyType(self._top)

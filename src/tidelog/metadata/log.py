@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.metadata.errors import MetadataRecordError
-from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.records import MetadataRecord, decode_record, encode_record
 from tidelog.records.batch import iter_batches
 from tidelog.records.builder import BatchBuilder
@@ -35,7 +36,7 @@ from tidelog.storage.checkpoint import FsyncFn
 from tidelog.storage.config import LONG_MAX, LogConfig
 from tidelog.storage.log import Log, RecoveryReport
 
-__all__ = ["METADATA_PARTITION", "METADATA_TOPIC", "MetadataLog"]
+__all__ = ["METADATA_PARTITION", "METADATA_TOPIC", "MetadataBatch", "MetadataLog"]
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -51,6 +52,30 @@ METADATA_LOG_CONFIG = LogConfig(
     retention_bytes=-1,
     max_message_bytes=2**31 - 1,
 )
+
+
+@dataclass(frozen=True)
+class MetadataBatch:
+    """One batch of the metadata log, as the loader consumes it.
+
+    A control batch (Raft's leader-change and snapshot markers, written by the quorum,
+    not the controller) has no metadata records: ``records`` is empty and ``is_control``
+    set, and it only moves the log position on.
+    """
+
+    base_offset: int
+    last_offset: int
+    #: The leader epoch the batch was written in (the Raft epoch).
+    epoch: int
+    records: tuple[tuple[int, MetadataRecord], ...]
+    is_control: bool = False
+
+    def apply_to(self, image: MetadataImage) -> tuple[MetadataImage, MetadataDelta | None]:
+        """``image`` after this batch, and the delta (None for a control batch, which
+        changes nothing but the image's offset and epoch)."""
+        if self.is_control or not self.records:
+            return image.advanced_to(self.last_offset, self.epoch), None
+        return image.apply(self.records, epoch=self.epoch)
 
 
 class MetadataLog:
@@ -123,8 +148,8 @@ class MetadataLog:
 
     # -- reading -----------------------------------------------------------------------
 
-    def read_batches(self, start: int = 0) -> Iterator[list[tuple[int, MetadataRecord]]]:
-        """The records from offset ``start`` on, batch by batch, as (offset, record).
+    def batches(self, start: int = 0) -> Iterator[MetadataBatch]:
+        """Every batch from offset ``start`` on, control batches included, in log order.
 
         Raises MetadataRecordError for a batch or record that does not decode (storage
         recovery has already dropped torn tails, so this means damage inside the log).
@@ -139,22 +164,36 @@ class MetadataLog:
                 for position, header in iter_batches(data):
                     if header.next_offset <= offset:
                         continue
-                    batch: list[tuple[int, MetadataRecord]] = []
-                    for record in iter_records(data, position, header=header):
-                        if record.offset >= offset:
-                            batch.append((record.offset, decode_record(record.value)))
+                    entries: list[tuple[int, MetadataRecord]] = []
+                    if not header.is_control:
+                        for record in iter_records(data, position, header=header):
+                            if record.offset >= offset:
+                                entries.append((record.offset, decode_record(record.value)))
                     offset = header.next_offset
-                    if batch:
-                        yield batch
+                    yield MetadataBatch(
+                        header.base_offset,
+                        header.last_offset,
+                        header.partition_leader_epoch,
+                        tuple(entries),
+                        header.is_control,
+                    )
             except RecordsError as exc:
                 raise MetadataRecordError(
                     f"metadata log batch near offset {offset} does not decode: {exc}"
                 ) from exc
 
+    def read_batches(self, start: int = 0) -> Iterator[list[tuple[int, MetadataRecord]]]:
+        """The metadata records from offset ``start`` on, batch by batch, as (offset,
+        record); control batches are skipped. See :meth:`batches`."""
+        for batch in self.batches(start):
+            if batch.records:
+                yield list(batch.records)
+
     def replay(self, image: MetadataImage) -> MetadataImage:
-        """``image`` with every record after ``image.offset`` applied."""
-        for batch in self.read_batches(image.offset + 1):
-            image, _ = image.apply(batch)
+        """``image`` with every batch after ``image.offset`` applied (see
+        :class:`~tidelog.metadata.loader.MetadataLoader`, which also tells publishers)."""
+        for batch in self.batches(image.offset + 1):
+            image, _ = batch.apply_to(image)
         return image
 
     def close(self) -> None:

@@ -194,3 +194,41 @@ def test_replay_in_pieces_equals_replay_at_once(partitions: list[int], split: in
     first, _ = MetadataImage.empty().apply(entries[:cut])
     pieces, _ = first.apply(entries[cut:])
     assert pieces == whole
+
+
+def test_a_change_copies_only_what_it_touches() -> None:
+    base, _ = apply(
+        MetadataImage.empty(),
+        [
+            *create("a", T1, 2),
+            *create("b", T2, 2),
+            ConfigRecord(2, "a", "retention.ms", "5"),
+            ConfigRecord(2, "b", "retention.ms", "6"),
+            ConfigRecord(4, "", "num.partitions", "3"),
+            RegisterBrokerRecord(1, uuid.UUID(int=9), ()),
+        ],
+    )
+    after, delta = apply(base, [PartitionChangeRecord(T1, 1, leader=-1)])
+    assert delta.changed_partitions == (("a", 1),)
+    # The other topic, the other partition, configs and brokers are shared, not copied.
+    assert after.topic("b") is base.topic("b")
+    assert after.topic("a").partitions[0] is base.topic("a").partitions[0]  # type: ignore[union-attr]
+    assert after.topic_configs is base.topic_configs
+    assert after.broker_configs is base.broker_configs
+    assert after.brokers is base.brokers
+    # A config change copies that resource's map only.
+    configured, _ = apply(after, [ConfigRecord(2, "a", "retention.ms", "7")])
+    assert configured.topic_config("b") is after.topic_config("b")
+    assert configured.topic_config("a") == {"retention.ms": "7"}
+    assert after.topic_config("a") == {"retention.ms": "5"}
+    assert configured.topics_by_name is after.topics_by_name
+    assert configured.broker_configs is after.broker_configs
+
+
+def test_image_carries_the_epoch_of_its_last_batch() -> None:
+    image, _ = MetadataImage.empty().apply([(0, TopicRecord("a", T1))], epoch=2)
+    assert (image.offset, image.epoch) == (0, 2)
+    same, _ = image.apply([(1, ConfigRecord(2, "a", "retention.ms", "1"))])
+    assert same.epoch == 2
+    with pytest.raises(MetadataReplayError):
+        image.apply([(1, ConfigRecord(2, "a", "retention.ms", "1"))], epoch=1)
