@@ -26,7 +26,7 @@ import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from tidelog.broker.broker import Broker, wall_clock_ms
+from tidelog.broker.broker import Broker
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.partitions import Partitions
@@ -36,8 +36,10 @@ from tidelog.metadata.controller import Controller
 from tidelog.metadata.errors import ConfigError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
+from tidelog.metadata.node import MetadataNode, build_metadata_node
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, VersionRange, restrict
 from tidelog.runtime.filelock import FileLock, LockHeldError
+from tidelog.runtime.system import Runtime, wall_clock_ms
 from tidelog.storage import LogManager, StorageError, lock_log_dirs
 
 _log = logging.getLogger("tidelog.broker")
@@ -75,9 +77,19 @@ def check_listeners_served(config: BrokerConfig) -> None:
 class BrokerApp:
     """One broker process's parts, in start order."""
 
-    def __init__(self, config: BrokerConfig, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        runtime: Runtime | None = None,
+    ) -> None:
         self.static_config = config
-        self.clock = clock
+        #: What the metadata node is given of the world; the real one unless a test
+        #: injects another.
+        self.runtime = runtime if runtime is not None else Runtime.system(clock)
+        self.clock = self.runtime.clock
+        self.metadata: MetadataNode | None = None
         self.controller: Controller | None = None
         self.logs: LogManager | None = None
         self.broker: Broker | None = None
@@ -96,12 +108,14 @@ class BrokerApp:
     async def start(self) -> None:
         check_listeners_served(self.static_config)
         loop = asyncio.get_running_loop()
-        # Before anything in the log dirs is read or written (Controller.start reads
-        # meta.properties and the metadata log there): one process owns them.
+        # Before anything in the log dirs is read or written (building the metadata node
+        # reads meta.properties and the metadata log there): one process owns them.
         self._dir_locks = await asyncio.to_thread(
             lock_log_dirs, [*self.static_config.log_dirs, self.static_config.metadata_log_dir]
         )
-        controller = await asyncio.to_thread(Controller.start, self.static_config, clock=self.clock)
+        node = await asyncio.to_thread(build_metadata_node, self.static_config, self.runtime)
+        self.metadata = node
+        controller = node.controller
         self.controller = controller
         config = controller.config
         logs = LogManager(
@@ -136,11 +150,12 @@ class BrokerApp:
         broker.apply_metadata(controller.image, None)
 
         def on_change(image: MetadataImage, delta: MetadataDelta) -> None:
-            # Called inside a controller operation, in a worker thread: queue the change on
-            # the loop ahead of the operation's completion (see broker.py).
+            # Published by the loader inside the commit path of a controller operation, in
+            # a worker thread: queue the change on the loop ahead of the operation's
+            # completion (see broker.py).
             loop.call_soon_threadsafe(broker.apply_metadata, image, delta)
 
-        controller.add_listener(on_change)
+        node.loader.add_publisher(on_change)
         # The group coordinator loads __consumer_offsets in the background; until a
         # partition is loaded its groups get COORDINATOR_LOAD_IN_PROGRESS.
         broker.groups = GroupDriver(broker)
@@ -267,8 +282,8 @@ class BrokerApp:
             await asyncio.to_thread(self.broker.partitions.close)
         if self.logs is not None:
             await asyncio.to_thread(self.logs.close)
-        if self.controller is not None:
-            self.controller.close()
+        if self.metadata is not None:
+            self.metadata.close()
 
 
 async def serve_until_signalled(

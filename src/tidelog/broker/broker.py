@@ -14,8 +14,9 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
 * ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`).
 
 Every metadata change reaches :meth:`Broker.apply_metadata` on the event loop thread, in
-the order the controller applied them, *before* the handler that caused it resumes: the
-controller calls its listeners inside the operation, and the listener queues the
+the order the changes were committed, *before* the handler that caused it resumes: the
+controller's commit path hands each committed batch to the metadata loader, which calls
+its publishers before the operation returns, and the broker's publisher queues the
 application on the loop ahead of the operation's own completion. So a CreateTopics
 response is never sent before the topic's partitions exist.
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,10 +42,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class ProducerIdsExhausted(Exception):

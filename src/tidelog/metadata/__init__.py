@@ -3,15 +3,17 @@
 Modules: ``configs`` (broker and topic configuration: definitions, layering, describe,
 validation), ``records`` (metadata record types and their encoding), ``image`` (the
 immutable MetadataImage and the delta of each change), ``log`` (the metadata log on
-disk), ``meta_properties`` (cluster and node identity of each log dir) and ``controller``
-(admin operations written to the log). See ``docs/metadata.md`` and
-``docs/configuration.md``.
+disk), ``loader`` (committed batches to images, deltas and publishers),
+``meta_properties`` (cluster and node identity of each log dir), ``controller`` (admin
+operations as records to commit, split by concern, and the commit path) and ``node``
+(builds log, loader and controller from a config and a runtime). See
+``docs/metadata.md`` and ``docs/configuration.md``.
 
 Typical start of a broker::
 
     config = BrokerConfig.load("server.properties", overrides)
-    controller = Controller.start(config, clock=clock)
-    controller.add_listener(on_metadata_change)   # (image, delta) after each change
+    node = build_metadata_node(config, Runtime.system())
+    node.loader.add_publisher(on_metadata_change)   # (image, delta) after each change
 """
 
 from tidelog.metadata.configs import (
@@ -61,7 +63,9 @@ from tidelog.metadata.image import (
     PartitionImage,
     TopicImage,
 )
-from tidelog.metadata.log import METADATA_TOPIC, MetadataLog
+from tidelog.metadata.loader import MetadataLoader
+from tidelog.metadata.log import METADATA_TOPIC, MetadataBatch, MetadataLog
+from tidelog.metadata.node import MetadataNode, build_metadata_node
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -88,10 +92,13 @@ __all__ = [
     "Endpoint",
     "IncrementalAlterConfigsResource",
     "MetaPropertiesError",
+    "MetadataBatch",
     "MetadataDelta",
     "MetadataError",
     "MetadataImage",
+    "MetadataLoader",
     "MetadataLog",
+    "MetadataNode",
     "MetadataRecordError",
     "MetadataReplayError",
     "NewPartitions",
@@ -99,6 +106,7 @@ __all__ = [
     "PartitionImage",
     "ProducerIdBlock",
     "TopicImage",
+    "build_metadata_node",
     "describe_broker_configs",
     "describe_configs",
     "describe_topic_configs",

@@ -152,15 +152,17 @@ def start_admin_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
     Metadata changes reach the broker synchronously, inside each controller operation.
     """
     from tidelog.metadata.configs import BrokerConfig
-    from tidelog.metadata.controller import Controller
     from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
+    from tidelog.metadata.node import build_metadata_node
+    from tidelog.runtime.system import Runtime
 
     started: list[tuple[Any, LogManager, Broker]] = []
 
     def start(extra: dict[str, str] | None = None) -> Broker:
         values = {"log.dirs": str(tmp_path / "data")}
         values.update(extra or {})
-        controller = Controller.start(BrokerConfig(values), clock=clock)
+        node = build_metadata_node(BrokerConfig(values), Runtime.system(clock))
+        controller = node.controller
         config = controller.config
         logs = LogManager(
             config.log_dirs,
@@ -173,15 +175,15 @@ def start_admin_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
             node_id=config.node_id, partitions=Partitions(logs), clock=clock, controller=controller
         )
         b.apply_metadata(controller.image, None)
-        controller.add_listener(b.apply_metadata)
-        started.append((controller, logs, b))
+        node.loader.add_publisher(b.apply_metadata)
+        started.append((node, logs, b))
         return b
 
     yield start
-    for controller, logs, b in reversed(started):
+    for node, logs, b in reversed(started):
         b.partitions.close()
         logs.close()
-        controller.close()
+        node.close()
 
 
 @pytest.fixture

@@ -13,10 +13,12 @@ from tidelog.broker.broker import Broker
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.partitions import Partitions
 from tidelog.metadata.configs import BrokerConfig
-from tidelog.metadata.controller import OFFSETS_TOPIC, Controller, NewTopic
+from tidelog.metadata.controller import OFFSETS_TOPIC, NewTopic
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
+from tidelog.metadata.node import build_metadata_node
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.records import BatchBuilder, build_end_txn_marker_batch
+from tidelog.runtime.system import Runtime
 from tidelog.storage import LogManager
 
 from .admin_fixtures import schema
@@ -38,7 +40,8 @@ E = ErrorCode
 def open_broker(path: Path, clock: FakeClock) -> tuple[Broker, Callable[[], None]]:
     """A broker with a real controller on ``path`` (as the app builds it), and its closer."""
     values = {"log.dirs": str(path / "data"), **GROUP_CONFIG}
-    controller = Controller.start(BrokerConfig(values), clock=clock)
+    node = build_metadata_node(BrokerConfig(values), Runtime.system(clock))
+    controller = node.controller
     config = controller.config
     logs = LogManager(
         config.log_dirs,
@@ -51,12 +54,12 @@ def open_broker(path: Path, clock: FakeClock) -> tuple[Broker, Callable[[], None
         node_id=config.node_id, partitions=Partitions(logs), clock=clock, controller=controller
     )
     broker.apply_metadata(controller.image, None)
-    controller.add_listener(broker.apply_metadata)
+    node.loader.add_publisher(broker.apply_metadata)
 
     def close() -> None:
         broker.partitions.close()
         logs.close()
-        controller.close()
+        node.close()
 
     return broker, close
 

@@ -15,6 +15,8 @@ from metadata_helpers import ControllerFactory, FakeClock
 
 from tidelog.metadata.configs import BrokerConfig
 from tidelog.metadata.controller import Controller
+from tidelog.metadata.node import MetadataNode, build_metadata_node
+from tidelog.runtime.system import Runtime
 
 
 @pytest.fixture
@@ -29,19 +31,20 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def start_controller(data_dir: Path, clock: FakeClock) -> Iterator[ControllerFactory]:
-    """Start a controller on ``data_dir`` with extra config values; closes them all."""
-    started: list[Controller] = []
+    """Start a controller on ``data_dir`` with extra config values (built as the server
+    builds it); closes them all."""
+    started: list[MetadataNode] = []
 
     def start(**values: str) -> Controller:
         config = {"log.dirs": str(data_dir)}
         config.update({key.replace("_", "."): value for key, value in values.items()})
-        controller = Controller.start(BrokerConfig(config), clock=clock)
-        started.append(controller)
-        return controller
+        node = build_metadata_node(BrokerConfig(config), Runtime.system(clock))
+        started.append(node)
+        return node.controller
 
     yield start
-    for controller in started:
-        controller.close()
+    for node in started:
+        node.close()
 
 
 @pytest.fixture

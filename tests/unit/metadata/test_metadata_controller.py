@@ -21,6 +21,7 @@ from tidelog.metadata.controller import (
     NewTopic,
     validate_topic_name,
 )
+from tidelog.metadata.errors import ApiError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import MetadataLog
 from tidelog.protocol.error_codes import ErrorCode
@@ -609,3 +610,59 @@ def test_replay_of_foreign_log_refuses_to_start(
 
     with pytest.raises(MetadataReplayError):
         start_controller()
+
+
+# -- the seams: results, the commit path, the injected runtime ---------------------------------
+
+
+def test_operations_return_records_and_change_nothing(controller: Controller) -> None:
+    import random
+
+    from tidelog.metadata.controller import ControllerView, producer_ids, topics
+    from tidelog.metadata.records import PartitionRecord, ProducerIdsRecord, TopicRecord
+
+    view = ControllerView(
+        controller.image, controller.config, controller.static_config, random.Random(3)
+    )
+    end = controller.metadata_log.end_offset
+    created = topics.create_topics(view, [NewTopic("a", 2), NewTopic("bad", 0)])
+    assert [type(r) for r in created.records] == [TopicRecord, PartitionRecord, PartitionRecord]
+    assert [index for index, _ in created.items] == [0]
+    assert codes(created.response) == [ErrorCode.NONE, ErrorCode.INVALID_PARTITIONS]
+    block = producer_ids.allocate_producer_ids(view, 1)
+    assert [type(r) for r in block.records] == [ProducerIdsRecord]
+    # Nothing was written or applied: that is the commit path's job.
+    assert controller.image is view.image and controller.image.topic("a") is None
+    assert controller.metadata_log.end_offset == end
+    # A failed commit turns the planned reply into the failure's.
+    assert created.failed is not None
+    failed = created.failed({0: ApiError(ErrorCode.KAFKA_STORAGE_ERROR, "disk")})
+    assert codes(failed) == [ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.INVALID_PARTITIONS]
+
+
+def test_reply_comes_after_the_records_are_committed_and_loaded(controller: Controller) -> None:
+    log = controller.metadata_log
+    seen: list[tuple[int, int]] = []
+    controller.add_listener(lambda image, delta: seen.append((image.offset, log.end_offset)))
+    [result] = controller.create_topics([NewTopic("a", 3)])
+    # The publisher saw the image at the log's end: appended (and fsynced) before applied.
+    assert seen == [(log.end_offset - 1, log.end_offset)]
+    assert result.topic_id == controller.image.topic("a").topic_id  # type: ignore[union-attr]
+
+
+def test_seeded_runtime_draws_the_same_ids(tmp_path: Path) -> None:
+    from tidelog.metadata.configs import BrokerConfig
+    from tidelog.metadata.node import build_metadata_node
+    from tidelog.runtime.system import Runtime
+
+    def run(name: str, seed: int) -> tuple[uuid.UUID, uuid.UUID | None]:
+        config = BrokerConfig({"log.dirs": str(tmp_path / name), "cluster.id": "c" * 22})
+        node = build_metadata_node(config, Runtime.seeded(seed, clock=lambda: 1000))
+        try:
+            [created] = node.controller.create_topics([NewTopic("t")])
+            return node.controller.image.brokers[1].incarnation_id, created.topic_id
+        finally:
+            node.close()
+
+    assert run("one", 7) == run("two", 7)
+    assert run("three", 8) != run("one", 7)

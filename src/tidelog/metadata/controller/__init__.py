@@ -1,0 +1,66 @@
+"""The controller: admin operations checked against the image, committed as records.
+
+Split by concern, as Kafka's controller is: :mod:`.topics` (topics and partitions),
+:mod:`.configs` (dynamic configs; describe), :mod:`.producer_ids`, :mod:`.cluster`
+(broker registration). Each is a set of functions from a
+:class:`~tidelog.metadata.controller.base.ControllerView` and a request to a
+:class:`~tidelog.metadata.controller.base.ControllerResult` (records to commit, reply to
+give once committed). :class:`~tidelog.metadata.controller.core.Controller` owns the one
+commit path. See ``docs/metadata.md``.
+"""
+
+from tidelog.metadata.controller.base import (
+    MAX_RECORDS_PER_BATCH,
+    ControllerResult,
+    ControllerView,
+)
+from tidelog.metadata.controller.configs import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    ConfigResourceResult,
+    DescribeConfigsResource,
+    DescribeConfigsResult,
+    IncrementalAlterConfigsResource,
+    describe_configs,
+    effective_broker_config,
+)
+from tidelog.metadata.controller.core import Controller, Listener
+from tidelog.metadata.controller.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from tidelog.metadata.controller.topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    CreatePartitionsResult,
+    CreateTopicResult,
+    DeleteTopicResult,
+    NewPartitions,
+    NewTopic,
+    validate_topic_name,
+)
+
+__all__ = [
+    "INTERNAL_TOPICS",
+    "MAX_RECORDS_PER_BATCH",
+    "OFFSETS_TOPIC",
+    "PRODUCER_ID_BLOCK_SIZE",
+    "TRANSACTION_STATE_TOPIC",
+    "AlterConfigOp",
+    "AlterConfigsResource",
+    "ConfigResourceResult",
+    "Controller",
+    "ControllerResult",
+    "ControllerView",
+    "CreatePartitionsResult",
+    "CreateTopicResult",
+    "DeleteTopicResult",
+    "DescribeConfigsResource",
+    "DescribeConfigsResult",
+    "IncrementalAlterConfigsResource",
+    "Listener",
+    "NewPartitions",
+    "NewTopic",
+    "ProducerIdBlock",
+    "describe_configs",
+    "effective_broker_config",
+    "validate_topic_name",
+]

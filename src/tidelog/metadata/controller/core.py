@@ -1,0 +1,271 @@
+"""The controller of a single-node cluster: the one place where metadata is committed.
+
+Every operation runs in two steps. First a function of the concern (:mod:`.topics`,
+:mod:`.configs`, :mod:`.producer_ids`, :mod:`.cluster`) checks the request against the
+committed image and returns a :class:`~tidelog.metadata.controller.base.ControllerResult`:
+the records to commit and the reply to give once they are. Nothing changes yet. Then
+:meth:`Controller._commit_result`, the commit path:
+
+1. appends the records as one batch (several when they exceed
+   :data:`~tidelog.metadata.controller.base.MAX_RECORDS_PER_BATCH`, never splitting an
+   item) to the metadata log and fsyncs it;
+2. hands each committed batch to the :class:`~tidelog.metadata.loader.MetadataLoader`,
+   which replays it into the next image and tells the publishers (the broker);
+3. only then returns the reply.
+
+State changes only by replaying committed records. This node is the only voter of its
+quorum, so "committed" means "fsynced in the local metadata log"; with a Raft quorum
+the commit path becomes "propose, and reply when the high watermark passes the records".
+
+Operations are serialized by one lock and block on the fsync: an asyncio broker calls
+them from a worker thread. The lock and the worker thread belong to this driver, not to
+the checks, which are plain functions of a :class:`ControllerView`. Time, randomness and
+fsync come from the injected :class:`~tidelog.runtime.system.Runtime`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import TypeVar
+
+from tidelog.metadata.configs import BrokerConfig
+from tidelog.metadata.controller import cluster, configs, producer_ids, topics
+from tidelog.metadata.controller.base import ControllerResult, ControllerView, group_batches
+from tidelog.metadata.controller.configs import (
+    AlterConfigsResource,
+    ConfigResourceResult,
+    DescribeConfigsResource,
+    DescribeConfigsResult,
+    IncrementalAlterConfigsResource,
+    describe_configs,
+    effective_broker_config,
+)
+from tidelog.metadata.controller.producer_ids import ProducerIdBlock
+from tidelog.metadata.controller.topics import (
+    CreatePartitionsResult,
+    CreateTopicResult,
+    DeleteTopicResult,
+    NewPartitions,
+    NewTopic,
+)
+from tidelog.metadata.errors import OK, ApiError, MetadataError
+from tidelog.metadata.image import MetadataDelta, MetadataImage
+from tidelog.metadata.loader import MetadataLoader, Publisher
+from tidelog.metadata.log import MetadataBatch, MetadataLog
+from tidelog.metadata.records import MetadataRecord
+from tidelog.protocol.error_codes import ErrorCode
+from tidelog.runtime.system import Runtime
+from tidelog.storage.errors import StorageError
+
+__all__ = ["Controller", "Listener"]
+
+_log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+#: A publisher of the loader: (new image, delta) after each committed change.
+Listener = Publisher
+
+
+class Controller:
+    """The active (and only) controller of a single-node cluster.
+
+    Built by :func:`~tidelog.metadata.node.build_metadata_node`, which replays the
+    metadata log into the loader and registers this node. :attr:`image` is the latest
+    committed image; :meth:`add_listener` callbacks run after every committed change,
+    under the controller's lock, with the new image and the delta.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        log: MetadataLog,
+        loader: MetadataLoader,
+        runtime: Runtime,
+    ) -> None:
+        self._static = config
+        self._log = log
+        self._loader = loader
+        self._runtime = runtime
+        self._config = effective_broker_config(config, loader.image)
+        # The leader epoch batches are written in: the single voter's, until Raft.
+        self._epoch = max(loader.image.epoch, 0)
+        self._lock = threading.RLock()
+        self._failure: str | None = None
+        self.broker_epoch = -1
+        # First publisher, so that every other one sees the config of its image.
+        loader.add_publisher(self._follow_config)
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._loader.image
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker config with the committed dynamic broker configs applied."""
+        return self._config
+
+    @property
+    def static_config(self) -> BrokerConfig:
+        return self._static
+
+    @property
+    def node_id(self) -> int:
+        return self._static.node_id
+
+    @property
+    def metadata_log(self) -> MetadataLog:
+        return self._log
+
+    @property
+    def loader(self) -> MetadataLoader:
+        return self._loader
+
+    def add_listener(self, listener: Listener) -> None:
+        """Publish every later committed change to ``listener`` (see the loader)."""
+        with self._lock:
+            self._loader.add_publisher(listener)
+
+    def close(self) -> None:
+        with self._lock:
+            self._log.close()
+
+    def _follow_config(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        if delta.changed_broker_configs:
+            self._config = effective_broker_config(self._static, image)
+
+    def _view(self) -> ControllerView:
+        return ControllerView(self.image, self._config, self._static, self._runtime.random)
+
+    # -- the commit path ---------------------------------------------------------------
+
+    def _commit_result(self, result: ControllerResult[R]) -> R:
+        """Commit ``result``'s records and return its reply once they are applied."""
+        if not result.items:
+            return result.response
+        errors: dict[int, ApiError] = {}
+        for members, records in group_batches(result.items):
+            error = self._commit(records)
+            if not error.ok:
+                for index in members:
+                    errors[index] = error
+        if not errors:
+            return result.response
+        assert result.failed is not None, "a result with records says how it fails"
+        return result.failed(errors)
+
+    def _commit(self, records: Sequence[MetadataRecord]) -> ApiError:
+        """Append ``records`` durably as one batch and load it; an error when that fails.
+
+        A failed append leaves the log and the image possibly apart, so the controller
+        then refuses every further change until restarted (replay settles it).
+        """
+        if self._failure is not None:
+            return ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, self._failure)
+        try:
+            first = self._log.append(records, leader_epoch=self._epoch)
+        except (StorageError, OSError) as exc:
+            self._failure = f"the metadata log failed and needs a restart: {exc}"
+            _log.error("%s", self._failure)
+            return ApiError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        entries = tuple((first + i, record) for i, record in enumerate(records))
+        self._loader.load(MetadataBatch(first, entries[-1][0], self._epoch, entries))
+        return OK
+
+    # -- operations --------------------------------------------------------------------
+
+    def register_broker(self) -> int:
+        """Register this node with its advertised listeners; returns the broker epoch."""
+        with self._lock:
+            result = cluster.register_broker(
+                self._view(), self.node_id, self._static.advertised_listeners
+            )
+            error = self._commit_result(result)
+            if not error.ok:
+                raise MetadataError(f"cannot register broker {self.node_id}: {error.message}")
+            self.broker_epoch = self.image.brokers[self.node_id].epoch
+            return self.broker_epoch
+
+    def create_topics(
+        self, topics_: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> list[CreateTopicResult]:
+        """CreateTopics: one result per requested topic, in request order."""
+        with self._lock:
+            view = self._view()
+            return self._commit_result(
+                topics.create_topics(view, topics_, validate_only=validate_only)
+            )
+
+    def auto_create_topic(self, name: str) -> CreateTopicResult:
+        """Create ``name`` for a Metadata request that allows auto-creation (see
+        :func:`~tidelog.metadata.controller.topics.auto_create_topic`)."""
+        with self._lock:
+            return self._commit_result(topics.auto_create_topic(self._view(), name))
+
+    def delete_topics(
+        self, names: Sequence[str] = (), topic_ids: Sequence[uuid.UUID] = ()
+    ) -> list[DeleteTopicResult]:
+        """DeleteTopics by name and/or id: results for names first, then ids."""
+        with self._lock:
+            return self._commit_result(topics.delete_topics(self._view(), names, topic_ids))
+
+    def create_partitions(
+        self, requests: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> list[CreatePartitionsResult]:
+        """CreatePartitions: one result per requested topic."""
+        with self._lock:
+            return self._commit_result(
+                topics.create_partitions(self._view(), requests, validate_only=validate_only)
+            )
+
+    def alter_configs(
+        self, resources: Sequence[AlterConfigsResource], *, validate_only: bool = False
+    ) -> list[ConfigResourceResult]:
+        """AlterConfigs: each resource's dynamic configs become exactly those given."""
+        with self._lock:
+            return self._commit_result(
+                configs.alter_configs(self._view(), resources, validate_only=validate_only)
+            )
+
+    def incremental_alter_configs(
+        self, resources: Sequence[IncrementalAlterConfigsResource], *, validate_only: bool = False
+    ) -> list[ConfigResourceResult]:
+        """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT per key."""
+        with self._lock:
+            return self._commit_result(
+                configs.incremental_alter_configs(
+                    self._view(), resources, validate_only=validate_only
+                )
+            )
+
+    def describe_configs(
+        self,
+        resources: Sequence[DescribeConfigsResource],
+        *,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> list[DescribeConfigsResult]:
+        """DescribeConfigs over the current image (see :func:`describe_configs`); reads
+        only, so without the lock."""
+        return describe_configs(
+            self._static,
+            self.image,
+            resources,
+            include_synonyms=include_synonyms,
+            include_documentation=include_documentation,
+        )
+
+    def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int | None = None
+    ) -> ProducerIdBlock:
+        """AllocateProducerIds: the next block of ids, committed before it is handed out,
+        so no id is ever given twice. ``broker_epoch`` None skips the epoch check (the
+        co-located broker asking)."""
+        with self._lock:
+            return self._commit_result(
+                producer_ids.allocate_producer_ids(self._view(), broker_id, broker_epoch)
+            )
