@@ -299,3 +299,28 @@ def test_the_config_refuses_a_fetch_wait_longer_than_the_request_timeout() -> No
         RaftConfig(fetch_max_wait_ms=3000, request_timeout_ms=2000)
     with pytest.raises(ValueError, match="election_timeout_ms"):
         RaftConfig(election_timeout_ms=0)
+
+
+def test_a_graceful_resignation_hands_over_to_the_most_caught_up_voter_at_once() -> None:
+    cluster = Cluster([1, 2, 3])
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    leader.propose([b"a"], cluster.now)
+    cluster.tick(1)
+    cluster.deliver()
+    cluster.down = {3}  # node 3 misses what comes next, so node 2 is the most caught up
+    leader.propose([b"b"], cluster.now)
+    cluster.tick(1)
+    cluster.deliver()
+    cluster.down = set()
+    effects = cluster.collect(leader.resign(cluster.now))
+    assert leader.role is Role.RESIGNED
+    (successors,) = {getattr(e.message, "preferred_successors", None) for e in effects.messages}
+    assert successors == (2, 3)
+    resigned_at = cluster.now
+    cluster.deliver()
+    # Node 2 ran its pre-vote and vote at once: no time has passed, no fetch timeout waited.
+    assert cluster.now == resigned_at
+    assert cluster.nodes[2].role is Role.LEADER and cluster.nodes[2].epoch == 2
+    assert cluster.nodes[3].leader_id == 2
+    assert [e.payload for e in cluster.nodes[2].read_committed(1, 2)] == [b"a", b"b"]
