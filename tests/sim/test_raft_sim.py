@@ -15,6 +15,7 @@ SEEDS = range(1000)
 def test_every_seed_keeps_every_invariant_and_commits_once_faults_stop() -> None:
     failures = []
     shapes = set()
+    snapshots = 0
     for seed in SEEDS:
         result = run_seed(SimOptions.for_seed(seed))
         shapes.add((result.options.voters, result.options.observers))
@@ -23,8 +24,10 @@ def test_every_seed_keeps_every_invariant_and_commits_once_faults_stop() -> None
         else:
             # Liveness: the run ends only when an entry proposed after the faults commits.
             assert result.committed > 0
+            snapshots += result.snapshots
     assert failures == []
     assert shapes == {(v, o) for v in range(1, 6) for o in (0, 1)}
+    assert snapshots > 0
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -43,10 +46,11 @@ def test_a_seed_replays_exactly() -> None:
 # Each deliberate bug (tidelog.testing.raft_mutants), the seed that catches it, and what the
 # checker reports. The seeds were found by running the mutant over seeds 0, 1, 2, ...
 CAUGHT = [
-    ("double-vote", 4, "has two leaders"),
-    ("vote-for-stale-log", 2, "lacks committed offsets"),
+    ("double-vote", 2, "has two leaders"),
+    ("vote-for-stale-log", 7, "lacks committed offsets"),
     ("unflushed-fetch", 1, "voters hold offset"),
     ("unflushed-vote", 0, "epoch went from 1 to 0"),
+    ("snapshot-past-commit", 1, "does not end at a committed offset"),
 ]
 
 

@@ -42,10 +42,18 @@ class UnflushedVoteNode(RaftNode):
         pass
 
 
+class SnapshotPastCommitNode(RaftNode):
+    """Lets a snapshot summarise flushed entries that are not committed yet."""
+
+    def snapshot_limit(self) -> int:
+        return self._log.flushed_end_offset()
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "double-vote": DoubleVoteNode,
     "commit-old-epoch": CommitOldEpochNode,
     "unflushed-fetch": UnflushedFetchNode,
     "vote-for-stale-log": VoteForStaleLogNode,
     "unflushed-vote": UnflushedVoteNode,
+    "snapshot-past-commit": SnapshotPastCommitNode,
 }

@@ -23,7 +23,11 @@ After every event the checker verifies:
 - an entry committed at an offset never changes: every node's entries below its high
   watermark match one history of committed (offset -> epoch, payload), and every new leader
   holds the whole history;
-- (no snapshots exist yet, so there is none to check against a committed offset).
+- every snapshot ends at a committed offset, with the epoch committed there, and holds the
+  state of exactly the committed entries below it (a digest chained over them).
+
+Nodes take snapshots at random committed offsets (and the log before them is deleted), so
+lagging and restarted nodes catch up through FetchSnapshot.
 
 ``python -m tidelog.testing.raft_sim --seed 7 --voters 3`` replays one seed; ``--seeds 100000``
 soaks. A failure prints the one-line command that replays it.
@@ -32,6 +36,7 @@ soaks. A failure prints the one-line command that replays it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import heapq
 import random
 import sys
@@ -85,11 +90,17 @@ class SimResult:
     committed: int
     elections: int
     end_ms: int
+    snapshots: int
     failure: str | None = None
 
 
 # Kinds of scheduled events, in the order they run when due at the same time.
-_DELIVER, _RESTART, _HEAL, _FAULT, _PROPOSE, _CALM = range(6)
+_DELIVER, _RESTART, _HEAL, _FAULT, _PROPOSE, _CALM, _SNAPSHOT = range(7)
+
+
+def apply_entry(state: bytes, epoch: int, payload: bytes) -> bytes:
+    """The simulated state machine: a digest chained over every entry applied."""
+    return hashlib.sha256(state + epoch.to_bytes(8, "big") + payload).digest()
 
 
 @dataclass
@@ -126,6 +137,10 @@ class RaftSimulation:
         self.max_epoch: dict[int, int] = dict.fromkeys(self.node_ids, 0)
         self.last_hw: dict[int, int] = dict.fromkeys(self.node_ids, 0)
         self.history: dict[int, tuple[int, bytes]] = {}
+        # chain[o]: the state after applying the committed entries below offset o.
+        self.chain: list[bytes] = [b""]
+        self.snapshots_taken = 0
+        self.snapshot_checked: dict[int, object] = dict.fromkeys(self.node_ids)
         # Epochs whose leader was checked to hold the whole history.
         self._complete_checked: set[int] = set()
         self.events = 0
@@ -181,6 +196,7 @@ class RaftSimulation:
             committed,
             len(self.leader_of_epoch),
             self.now,
+            self.snapshots_taken,
             failure,
         )
 
@@ -190,6 +206,7 @@ class RaftSimulation:
         self._schedule(self.rng.randint(100, 1500), _FAULT, None)
         self._schedule(self.rng.randint(10, 100), _PROPOSE, None)
         self._schedule(self.options.fault_ms, _CALM, None)
+        self._schedule(self.rng.randint(500, 3000), _SNAPSHOT, None)
         deadline = self.options.fault_ms + self.options.liveness_ms
         while self.marker_committed_at is None:
             at, node_id = self._next_tick()
@@ -250,6 +267,9 @@ class RaftSimulation:
             self._schedule(self.now + self.rng.randint(5, 100), _PROPOSE, None)
         elif kind == _CALM:
             self._calm_down()
+        elif kind == _SNAPSHOT:
+            self._take_snapshot()
+            self._schedule(self.now + self.rng.randint(200, 3000), _SNAPSHOT, None)
 
     def _roles(self) -> str:
         return ", ".join(
@@ -310,6 +330,27 @@ class RaftSimulation:
                 self._start(node_id)
         self.marker = f"marker-{self.options.seed}".encode()
 
+    def _take_snapshot(self) -> None:
+        live = [n for n, node in self.nodes.items() if node is not None]
+        if not live:
+            return
+        node_id = self.rng.choice(live)
+        node = self.nodes[node_id]
+        assert node is not None
+        log = self.disks[node_id].log
+        start, limit = log.start_offset(), node.snapshot_limit()
+        if limit <= start:
+            return
+        end = self.rng.randint(start + 1, limit)
+        previous = log.read_snapshot()
+        state = previous[1] if previous is not None else b""
+        for entry in log.read(start, 1 << 62):
+            if entry.offset >= end:
+                break
+            state = apply_entry(state, entry.epoch, entry.payload)
+        node.create_snapshot(end, state)
+        self.snapshots_taken += 1
+
     def _propose(self) -> None:
         live = [n for n, node in self.nodes.items() if node is not None]
         if not live:
@@ -347,6 +388,7 @@ class RaftSimulation:
             if node.role is Role.LEADER:
                 self._check_leader(node_id, node)
             self._check_committed(node_id, node)
+            self._check_snapshot(node_id)
             self.last_hw[node_id] = node.high_watermark
 
     def _check_leader(self, node_id: int, node: RaftNode) -> None:
@@ -357,11 +399,18 @@ class RaftSimulation:
         if hw == 0:
             return
         log = self.disks[node_id].log
+        if hw - 1 < log.start_offset():
+            return
         expected = log.entry(hw - 1)
         holders = 0
         for voter in self.voter_ids:
             voter_log = self.disks[voter].log
-            if voter_log.flushed_end_offset() >= hw and voter_log.entry(hw - 1) == expected:
+            if voter_log.flushed_end_offset() < hw:
+                continue
+            if hw - 1 < voter_log.start_offset():
+                # Summarised by its snapshot, which the snapshot check holds to the history.
+                holders += 1
+            elif voter_log.entry(hw - 1) == expected:
                 holders += 1
         if holders < self.majority:
             raise InvariantViolation(
@@ -383,6 +432,8 @@ class RaftSimulation:
                     f"{min(missing)}..{max(missing)}"
                 )
             for offset, (epoch, payload) in self.history.items():
+                if offset < log.start_offset():
+                    continue
                 entry = log.entry(offset)
                 if (entry.epoch, entry.payload) != (epoch, payload):
                     raise InvariantViolation(
@@ -390,9 +441,11 @@ class RaftSimulation:
                         f"{entry.payload!r}) at committed offset {offset}, committed was "
                         f"({epoch}, {payload!r})"
                     )
-        for offset in range(start, node.high_watermark):
+        for offset in range(max(start, log.start_offset()), node.high_watermark):
             entry = log.entry(offset)
             seen = self.history.setdefault(offset, (entry.epoch, entry.payload))
+            if offset == len(self.chain) - 1:
+                self.chain.append(apply_entry(self.chain[-1], *seen))
             if seen != (entry.epoch, entry.payload):
                 raise InvariantViolation(
                     f"node {node_id}: offset {offset} committed as {seen} but holds "
@@ -401,6 +454,23 @@ class RaftSimulation:
                 )
             if self.marker is not None and entry.payload == self.marker:
                 self.marker_committed_at = self.now
+
+    def _check_snapshot(self, node_id: int) -> None:
+        snapshot = self.disks[node_id].log.read_snapshot()
+        if snapshot is None or self.snapshot_checked[node_id] is snapshot:
+            return
+        self.snapshot_checked[node_id] = snapshot
+        snapshot_id, state = snapshot
+        offset = snapshot_id.offset
+        if offset >= len(self.chain) or self.history[offset - 1][0] != snapshot_id.epoch:
+            raise InvariantViolation(
+                f"node {node_id}: snapshot {snapshot_id} does not end at a committed offset "
+                f"(committed up to {len(self.chain) - 1})"
+            )
+        if state != self.chain[offset]:
+            raise InvariantViolation(
+                f"node {node_id}: snapshot {snapshot_id} does not hold the committed entries"
+            )
 
 
 def run_seed(options: SimOptions, config: RaftConfig | None = None) -> SimResult:
@@ -452,6 +522,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(
                 f"ok seed {seed}: {result.events} events, {result.proposals} proposals, "
                 f"{result.committed} committed, {result.elections} epochs with a leader, "
+                f"{result.snapshots} snapshots, "
                 f"{result.end_ms} ms simulated"
             )
         if args.seeds is not None and count % args.progress == 0:

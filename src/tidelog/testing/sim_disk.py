@@ -1,4 +1,7 @@
-"""A simulated disk for one Raft node: what was not flushed is gone after a crash."""
+"""A simulated disk for one Raft node: what was not flushed is gone after a crash.
+
+Snapshots and truncations are durable when they return, as an fsynced rename is.
+"""
 
 from __future__ import annotations
 
@@ -13,39 +16,45 @@ _ENTRY_OVERHEAD = 70
 
 
 class SimRaftLog:
-    """An in-memory :class:`~tidelog.metadata.raft.store.RaftLog` with a leader-epoch cache.
-
-    The log has no snapshot, so it starts at offset 0.
-    """
+    """An in-memory :class:`~tidelog.metadata.raft.store.RaftLog` with a leader-epoch cache
+    and one snapshot (the latest)."""
 
     def __init__(self) -> None:
-        self._entries: list[Entry] = []
-        self._flushed = 0
-        # (epoch, first offset of that epoch), epochs increasing: Kafka's leader-epoch cache.
+        self._start = 0
+        self._entries: list[Entry] = []  # offsets _start, _start + 1, ...
+        self._flushed = 0  # an offset
+        # (epoch, first offset of that epoch in the log), epochs increasing: Kafka's
+        # leader-epoch cache.
         self._epoch_starts: list[tuple[int, int]] = []
+        self._snapshot: tuple[OffsetAndEpoch, bytes] | None = None
 
     def start_offset(self) -> int:
-        return 0
+        return self._start
 
     def end_offset(self) -> int:
-        return len(self._entries)
+        return self._start + len(self._entries)
 
     def flushed_end_offset(self) -> int:
         return self._flushed
 
+    def _snapshot_epoch(self) -> int:
+        return self._snapshot[0].epoch if self._snapshot is not None else 0
+
     def last_epoch(self) -> int:
-        return self._entries[-1].epoch if self._entries else 0
+        return self._entries[-1].epoch if self._entries else self._snapshot_epoch()
 
     def entry_epoch(self, offset: int) -> int:
-        return self._entries[offset].epoch
+        return self.entry(offset).epoch
 
     def entry(self, offset: int) -> Entry:
-        return self._entries[offset]
+        assert offset >= self._start, (offset, self._start)
+        return self._entries[offset - self._start]
 
     def read(self, start: int, max_bytes: int) -> Sequence[Entry]:
+        assert start >= self._start, (start, self._start)
         out: list[Entry] = []
         size = 0
-        for entry in self._entries[start:]:
+        for entry in self._entries[start - self._start :]:
             size += len(entry.payload) + _ENTRY_OVERHEAD
             if out and size > max_bytes:
                 break
@@ -54,20 +63,21 @@ class SimRaftLog:
 
     def append(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
-            assert entry.offset == len(self._entries), (entry.offset, len(self._entries))
+            assert entry.offset == self.end_offset(), (entry.offset, self.end_offset())
             assert entry.epoch >= self.last_epoch(), (entry.epoch, self.last_epoch())
-            if entry.epoch > self.last_epoch() or not self._epoch_starts:
+            if not self._epoch_starts or entry.epoch > self._epoch_starts[-1][0]:
                 self._epoch_starts.append((entry.epoch, entry.offset))
             self._entries.append(entry)
 
     def truncate_to(self, end_offset: int) -> None:
-        del self._entries[end_offset:]
+        assert end_offset >= self._start, f"truncation to {end_offset} below {self._start}"
+        del self._entries[end_offset - self._start :]
         self._flushed = min(self._flushed, end_offset)
         while self._epoch_starts and self._epoch_starts[-1][1] >= end_offset:
             self._epoch_starts.pop()
 
     def flush(self) -> None:
-        self._flushed = len(self._entries)
+        self._flushed = self.end_offset()
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         for i in range(len(self._epoch_starts) - 1, -1, -1):
@@ -76,13 +86,38 @@ class SimRaftLog:
                 end = (
                     self._epoch_starts[i + 1][1]
                     if i + 1 < len(self._epoch_starts)
-                    else len(self._entries)
+                    else self.end_offset()
                 )
                 return OffsetAndEpoch(end, found)
-        return OffsetAndEpoch(0, 0)
+        return OffsetAndEpoch(self._start, self._snapshot_epoch())
 
     def latest_snapshot_id(self) -> OffsetAndEpoch | None:
-        return None
+        return self._snapshot[0] if self._snapshot is not None else None
+
+    def read_snapshot(self) -> tuple[OffsetAndEpoch, bytes] | None:
+        return self._snapshot
+
+    def write_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:
+        offset = snapshot_id.offset
+        assert self._start < offset <= self._flushed, (self._start, offset, self._flushed)
+        assert self.entry_epoch(offset - 1) == snapshot_id.epoch
+        self._snapshot = (snapshot_id, payload)
+        del self._entries[: offset - self._start]
+        self._start = offset
+        # The epochs that ended before the snapshot leave the cache; the one it ends in now
+        # starts at the log start.
+        kept = [
+            (e, max(o, offset))
+            for i, (e, o) in enumerate(self._epoch_starts)
+            if i + 1 == len(self._epoch_starts) or self._epoch_starts[i + 1][1] > offset
+        ]
+        self._epoch_starts = [(e, o) for e, o in kept if o < self.end_offset()]
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:
+        self._snapshot = (snapshot_id, payload)
+        self._entries = []
+        self._epoch_starts = []
+        self._start = self._flushed = snapshot_id.offset
 
     def crash(self) -> None:
         """Lose every entry that was not flushed."""

@@ -114,7 +114,9 @@ class FetchRequest:
 class FetchResponse:
     """The answer to a Fetch: ``records`` starting at the fetch offset, or ``diverging_epoch``
     (the end offset of the largest epoch the leader has at or below the one the replica sent)
-    telling the replica where to truncate before it fetches again."""
+    telling the replica where to truncate before it fetches again, or ``snapshot_id`` when
+    what the replica needs is no longer in the leader's log: it fetches that snapshot first
+    (FetchSnapshot) and then fetches from its end."""
 
     error: ErrorCode
     leader_id: int | None
@@ -123,6 +125,33 @@ class FetchResponse:
     log_start_offset: int
     records: tuple[Entry, ...] = ()
     diverging_epoch: OffsetAndEpoch | None = None
+    snapshot_id: OffsetAndEpoch | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """FetchSnapshot (API 59, KIP-630): ``max_bytes`` of snapshot ``snapshot_id`` from
+    ``position``."""
+
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    position: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    """A chunk of a snapshot: ``unaligned_records`` are its bytes from ``position``; ``size``
+    is the whole snapshot's."""
+
+    error: ErrorCode
+    leader_id: int | None
+    leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    size: int = 0
+    position: int = 0
+    unaligned_records: bytes = b""
 
 
 Message = (
@@ -134,6 +163,8 @@ Message = (
     | EndQuorumEpochResponse
     | FetchRequest
     | FetchResponse
+    | FetchSnapshotRequest
+    | FetchSnapshotResponse
 )
 
 

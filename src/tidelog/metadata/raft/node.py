@@ -43,6 +43,8 @@ from tidelog.metadata.raft.messages import (
     Envelope,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Message,
     OffsetAndEpoch,
     VoteRequest,
@@ -126,7 +128,9 @@ class RaftNode:
         self._store = store
         self._rng = rng
         self._correlation = rng.getrandbits(31)
-        self.high_watermark = 0
+        # Not persisted (as in KRaft), except that a snapshot holds only committed entries.
+        snapshot = log.latest_snapshot_id()
+        self.high_watermark = snapshot.offset if snapshot is not None else 0
 
         state = store.read() or QuorumState(epoch=0, voted_for=None, leader_id=None)
         self.epoch = state.epoch
@@ -203,8 +207,12 @@ class RaftNode:
             self._maybe_higher_epoch(message.leader_epoch, message.leader_id, now, effects)
         elif isinstance(message, FetchRequest):
             self._on_fetch_request(envelope, message, now, effects)
-        else:
+        elif isinstance(message, FetchResponse):
             self._on_fetch_response(envelope, message, now, effects)
+        elif isinstance(message, FetchSnapshotRequest):
+            self._on_fetch_snapshot_request(envelope, message, now, effects)
+        else:
+            self._on_fetch_snapshot_response(envelope, message, now, effects)
         return effects
 
     def propose(self, payloads: Sequence[bytes], now: int) -> ProposeResult:
@@ -235,6 +243,27 @@ class RaftNode:
             self._resign(now, effects)
         return effects
 
+    def create_snapshot(self, end_offset: int, payload: bytes) -> OffsetAndEpoch:
+        """Store ``payload`` (the state after applying every entry below ``end_offset``) as a
+        snapshot and delete the log before it. Only committed entries may be summarised."""
+        if not self._log.start_offset() < end_offset <= self.snapshot_limit():
+            raise ValueError(
+                f"a snapshot must end after the log start {self._log.start_offset()} and at "
+                f"or below the high watermark {self.high_watermark}, not at {end_offset}"
+            )
+        snapshot_id = OffsetAndEpoch(end_offset, self._log.entry_epoch(end_offset - 1))
+        self._log.write_snapshot(snapshot_id, payload)
+        return snapshot_id
+
+    def snapshot_limit(self) -> int:
+        """The largest end offset a snapshot may have now: committed and flushed."""
+        return min(self.high_watermark, self._log.flushed_end_offset())
+
+    def latest_snapshot(self) -> tuple[OffsetAndEpoch, bytes] | None:
+        """The latest snapshot and its bytes: what the loader starts from before
+        :meth:`read_committed` from its end."""
+        return self._log.read_snapshot()
+
     def read_committed(self, start: int, max_entries: int) -> list[Entry]:
         """Committed entries from ``start`` (below the high watermark), for the loader."""
         start = max(start, self._log.start_offset())
@@ -254,6 +283,8 @@ class RaftNode:
         self._fetch_request_deadline: int | None = None
         self._fetch_correlation: int | None = None
         self._next_fetch_at: int | None = None
+        # A snapshot being fetched from the leader: its id and the bytes so far.
+        self._snapshot_download: tuple[OffsetAndEpoch, bytearray] | None = None
         self._last_leader_contact: int | None = None
         self._leader_resigned = False
         # Prospective and candidate: the votes of this round.
@@ -666,8 +697,10 @@ class RaftNode:
             if len(self._fetched_since_check) + 1 >= self.majority:
                 self._fetched_since_check.clear()
                 self._check_quorum_deadline = now + self.config.fetch_timeout_ms * 3 // 2
-        diverging = self._validate_fetch_position(request.fetch_offset, request.last_fetched_epoch)
-        if diverging is not None:
+        diverging, snapshot = self._check_fetch_position(
+            request.fetch_offset, request.last_fetched_epoch
+        )
+        if diverging is not None or snapshot is not None:
             self._parked.pop(replica, None)
             self._reply(
                 effects,
@@ -679,6 +712,7 @@ class RaftNode:
                     self.high_watermark,
                     self._log.start_offset(),
                     diverging_epoch=diverging,
+                    snapshot_id=snapshot,
                 ),
             )
             return
@@ -690,17 +724,26 @@ class RaftNode:
         self._parked[replica] = (envelope, now + request.max_wait_ms)
         self._complete_parked(now, effects, only_ready=True)
 
-    def _validate_fetch_position(self, offset: int, last_epoch: int) -> OffsetAndEpoch | None:
-        """None if ``offset`` (after an entry of ``last_epoch``) is on this leader's log, else
-        the diverging epoch: where the replica's log must be cut before it fetches again."""
+    def _check_fetch_position(
+        self, offset: int, last_epoch: int
+    ) -> tuple[OffsetAndEpoch | None, OffsetAndEpoch | None]:
+        """(None, None) if ``offset`` (after an entry of ``last_epoch``) is on this leader's
+        log; else the diverging epoch (where the replica's log must be cut before it fetches
+        again), or the snapshot to fetch when the two logs part before this log's start."""
+        start = self._log.start_offset()
+        snapshot = self._log.latest_snapshot_id()
+        if offset < start:
+            return None, snapshot
         end_for_epoch = self._log.end_offset_for_epoch(last_epoch)
         if (
             offset > self._log.end_offset()
             or end_for_epoch.epoch != last_epoch
             or end_for_epoch.offset < offset
         ):
-            return end_for_epoch
-        return None
+            if end_for_epoch.offset <= start and snapshot is not None:
+                return None, snapshot
+            return end_for_epoch, None
+        return None, None
 
     def _fetch_error(self, error: ErrorCode) -> FetchResponse:
         return FetchResponse(
@@ -730,6 +773,21 @@ class RaftNode:
         envelope, _ = self._parked.pop(replica)
         request = envelope.message
         assert isinstance(request, FetchRequest)
+        if request.fetch_offset < self._log.start_offset():
+            # A snapshot deleted what this request was waiting for.
+            self._reply(
+                effects,
+                envelope,
+                FetchResponse(
+                    ErrorCode.NONE,
+                    self.node_id,
+                    self.epoch,
+                    self.high_watermark,
+                    self._log.start_offset(),
+                    snapshot_id=self._log.latest_snapshot_id(),
+                ),
+            )
+            return
         records = tuple(
             self._log.read(
                 request.fetch_offset, min(request.max_bytes, self.config.fetch_max_bytes)
@@ -823,6 +881,10 @@ class RaftNode:
             return
         self._last_leader_contact = now
         self._fetch_deadline = now + self.config.fetch_timeout_ms
+        if response.snapshot_id is not None:
+            self._snapshot_download = (response.snapshot_id, bytearray())
+            self._send_fetch_snapshot(now, effects)
+            return
         if response.diverging_epoch is not None:
             local = self._log.end_offset_for_epoch(response.diverging_epoch.epoch)
             cut = min(response.diverging_epoch.offset, local.offset)
@@ -842,6 +904,81 @@ class RaftNode:
                 max(self.high_watermark, min(response.high_watermark, self._log.end_offset())),
                 effects,
             )
+        self._send_fetch(now, effects)
+
+    # ------------------------------------------------------------------ FetchSnapshot
+
+    def _on_fetch_snapshot_request(
+        self, envelope: Envelope, request: FetchSnapshotRequest, now: int, effects: Effects
+    ) -> None:
+        def answer(error: ErrorCode, size: int = 0, chunk: bytes = b"") -> None:
+            response = FetchSnapshotResponse(
+                error,
+                self._named_leader(),
+                self.epoch,
+                request.snapshot_id,
+                size,
+                request.position,
+                chunk,
+            )
+            self._reply(effects, envelope, response)
+
+        if request.current_leader_epoch < self.epoch:
+            answer(ErrorCode.FENCED_LEADER_EPOCH)
+        elif request.current_leader_epoch > self.epoch:
+            answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        elif self._role is not Role.LEADER:
+            answer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        elif (snapshot := self._log.read_snapshot()) is None or snapshot[0] != request.snapshot_id:
+            answer(ErrorCode.SNAPSHOT_NOT_FOUND)
+        elif not 0 <= request.position <= len(snapshot[1]):
+            answer(ErrorCode.POSITION_OUT_OF_RANGE)
+        else:
+            payload = snapshot[1]
+            end = request.position + max(1, min(request.max_bytes, self.config.fetch_max_bytes))
+            answer(ErrorCode.NONE, len(payload), payload[request.position : end])
+
+    def _send_fetch_snapshot(self, now: int, effects: Effects) -> None:
+        assert self._snapshot_download is not None and self.leader_id is not None
+        snapshot_id, received = self._snapshot_download
+        request = FetchSnapshotRequest(
+            self.node_id, self.epoch, snapshot_id, len(received), self.config.fetch_max_bytes
+        )
+        self._fetch_correlation = self._send(effects, self.leader_id, request)
+        self._fetch_request_deadline = now + self.config.request_timeout_ms
+
+    def _on_fetch_snapshot_response(
+        self, envelope: Envelope, response: FetchSnapshotResponse, now: int, effects: Effects
+    ) -> None:
+        if envelope.correlation_id != self._fetch_correlation:
+            self._maybe_higher_epoch(response.leader_epoch, response.leader_id, now, effects)
+            return
+        self._fetch_correlation = None
+        self._fetch_request_deadline = None
+        download = self._snapshot_download
+        self._snapshot_download = None
+        if response.error is not ErrorCode.NONE or download is None:
+            if not self._maybe_higher_epoch(
+                response.leader_epoch, response.leader_id, now, effects
+            ):
+                # Start over with a Fetch: the leader names the snapshot it has now.
+                self._next_fetch_at = now + self.config.retry_backoff_ms
+            return
+        snapshot_id, received = download
+        if response.snapshot_id != snapshot_id or response.position != len(received):
+            self._next_fetch_at = now + self.config.retry_backoff_ms
+            return
+        self._last_leader_contact = now
+        self._fetch_deadline = now + self.config.fetch_timeout_ms
+        received += response.unaligned_records
+        if len(received) < response.size:
+            self._snapshot_download = (snapshot_id, received)
+            self._send_fetch_snapshot(now, effects)
+            return
+        # The leader sends a snapshot only when this log parts from its own before the
+        # leader's log start: the snapshot replaces the whole log.
+        self._log.install_snapshot(snapshot_id, bytes(received))
+        self._set_high_watermark(max(self.high_watermark, snapshot_id.offset), effects)
         self._send_fetch(now, effects)
 
     # ------------------------------------------------------------------ sending

@@ -4,9 +4,10 @@ Both are injected, so that the node never touches a file itself: production wrap
 partition log of ``__cluster_metadata-0`` and a ``quorum-state`` file; the simulation in
 ``tidelog.testing`` keeps them in memory and loses what was not flushed when a node crashes.
 
-The log is shaped for snapshots (KIP-630): it starts at ``start_offset``, and the entries
-before it are summarised by the snapshot whose id is ``OffsetAndEpoch(start_offset, epoch)``.
-Nothing writes snapshots yet.
+Snapshots (KIP-630): the log starts at ``start_offset``, and the entries before it are
+summarised by the latest snapshot, whose id is ``OffsetAndEpoch(start_offset, epoch of the
+entry before it)``. What a snapshot holds is opaque here (the metadata image, written by the
+controller); the log only stores, serves and installs it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ class RaftLog(Protocol):
         ...
 
     def latest_snapshot_id(self) -> OffsetAndEpoch | None: ...
+
+    def read_snapshot(self) -> tuple[OffsetAndEpoch, bytes] | None:
+        """The latest snapshot and its bytes."""
+        ...
+
+    def write_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:
+        """Store a snapshot of the entries below ``snapshot_id.offset`` (durable on return,
+        as a file written, fsynced and renamed is) and delete the log before it: the log
+        then starts at ``snapshot_id.offset``."""
+        ...
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:
+        """Replace the whole log by a snapshot fetched from the leader: every entry is
+        dropped and the log starts, empty, at ``snapshot_id.offset`` (durable on return)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,11 @@ CONFIG = RaftConfig()
 class Cluster:
     """Nodes on perfect links; ``deliver`` hands over queued messages until none is left."""
 
-    def __init__(self, voters: Iterable[int], observers: Iterable[int] = ()) -> None:
+    def __init__(
+        self, voters: Iterable[int], observers: Iterable[int] = (), config: RaftConfig = CONFIG
+    ) -> None:
         self.voters = list(voters)
+        self.config = config
         self.rng = random.Random(0)
         self.now = 0
         self.logs = {n: SimRaftLog() for n in [*self.voters, *observers]}
@@ -45,7 +48,7 @@ class Cluster:
         return RaftNode(
             node_id,
             self.voters,
-            CONFIG,
+            self.config,
             self.logs[node_id],
             self.stores[node_id],
             self.rng,
@@ -324,3 +327,31 @@ def test_a_graceful_resignation_hands_over_to_the_most_caught_up_voter_at_once()
     assert cluster.nodes[2].role is Role.LEADER and cluster.nodes[2].epoch == 2
     assert cluster.nodes[3].leader_id == 2
     assert [e.payload for e in cluster.nodes[2].read_committed(1, 2)] == [b"a", b"b"]
+
+
+def test_a_follower_behind_the_leaders_snapshot_fetches_it_in_chunks_then_the_log() -> None:
+    cluster = Cluster([1, 2, 3], config=RaftConfig(fetch_max_bytes=16))
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    cluster.down = {3}
+    for payload in (b"a", b"b", b"c"):
+        leader.propose([payload], cluster.now)
+        cluster.tick(1)
+        cluster.deliver()
+    assert leader.high_watermark == 4 and cluster.logs[3].end_offset() == 1
+    with pytest.raises(ValueError, match="high watermark"):
+        leader.create_snapshot(5, b"too far")
+    state = bytes(range(40))  # three chunks of at most 16 bytes
+    assert leader.create_snapshot(3, state) == OffsetAndEpoch(3, 1)
+    assert cluster.logs[1].start_offset() == 3
+    leader.propose([b"d"], cluster.now)
+    cluster.tick(1)
+    cluster.down = set()
+    # Node 3's last Fetch was lost; it sends another when that one times out.
+    cluster.tick(3, cluster.nodes[3].next_deadline())
+    cluster.deliver()
+    assert cluster.logs[3].read_snapshot() == (OffsetAndEpoch(3, 1), state)
+    assert cluster.nodes[3].latest_snapshot() == (OffsetAndEpoch(3, 1), state)
+    assert [e.payload for e in cluster.logs[3].read(3, 1 << 20)] == [b"c", b"d"]
+    assert cluster.nodes[3].high_watermark == 5
+    assert [e.payload for e in cluster.nodes[3].read_committed(0, 10)] == [b"c", b"d"]
