@@ -1,7 +1,7 @@
 """tidelog.metadata.raft: the metadata quorum (KRaft's protocol) as a sans-io state machine.
 
 Modules: ``node`` (:class:`RaftNode`, its roles and :class:`Effects`), ``messages`` (Vote,
-BeginQuorumEpoch, EndQuorumEpoch and Fetch, shaped after Kafka's schemas), ``store`` (the log
+BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot, shaped after Kafka's schemas), ``store`` (the log
 and quorum-state interfaces a node is given) and ``config``. See "The quorum (Raft)" in
 ``docs/metadata.md``.
 """
@@ -16,6 +16,8 @@ from tidelog.metadata.raft.messages import (
     Envelope,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Message,
     OffsetAndEpoch,
     VoteRequest,
@@ -41,6 +43,8 @@ __all__ = [
     "Envelope",
     "FetchRequest",
     "FetchResponse",
+    "FetchSnapshotRequest",
+    "FetchSnapshotResponse",
     "Message",
     "OffsetAndEpoch",
     "ProposeResult",
