@@ -4,7 +4,7 @@ test chooses, and time moves only when a test says so."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -23,6 +23,7 @@ from tidelog.metadata.raft import (
     VoteResponse,
 )
 from tidelog.protocol.error_codes import ErrorCode
+from tidelog.testing.raft_mutants import CommitOldEpochNode
 from tidelog.testing.sim_disk import SimQuorumStateStore, SimRaftLog
 
 CONFIG = RaftConfig()
@@ -32,10 +33,15 @@ class Cluster:
     """Nodes on perfect links; ``deliver`` hands over queued messages until none is left."""
 
     def __init__(
-        self, voters: Iterable[int], observers: Iterable[int] = (), config: RaftConfig = CONFIG
+        self,
+        voters: Iterable[int],
+        observers: Iterable[int] = (),
+        config: RaftConfig = CONFIG,
+        node_class: type[RaftNode] = RaftNode,
     ) -> None:
         self.voters = list(voters)
         self.config = config
+        self.node_class = node_class
         self.rng = random.Random(0)
         self.now = 0
         self.logs = {n: SimRaftLog() for n in [*self.voters, *observers]}
@@ -45,7 +51,7 @@ class Cluster:
         self.down: set[int] = set()
 
     def _make(self, node_id: int) -> RaftNode:
-        return RaftNode(
+        return self.node_class(
             node_id,
             self.voters,
             self.config,
@@ -64,12 +70,21 @@ class Cluster:
             self.now = now
         return self.collect(self.nodes[node_id].tick(self.now))
 
-    def deliver(self, limit: int = 1000) -> None:
+    def deliver(
+        self,
+        limit: int = 1000,
+        until: Callable[[], bool] | None = None,
+        lose: Callable[[Envelope], bool] | None = None,
+    ) -> None:
+        """Deliver until no message is left or ``until()`` holds; ``lose`` picks messages
+        the network loses."""
         for _ in range(limit):
-            if not self.queue:
+            if not self.queue or (until is not None and until()):
                 return
             envelope = self.queue.pop(0)
             if envelope.destination in self.down or envelope.source in self.down:
+                continue
+            if lose is not None and lose(envelope):
                 continue
             self.collect(self.nodes[envelope.destination].step(envelope, self.now))
             for node_id, node in self.nodes.items():
@@ -355,3 +370,64 @@ def test_a_follower_behind_the_leaders_snapshot_fetches_it_in_chunks_then_the_lo
     assert [e.payload for e in cluster.logs[3].read(3, 1 << 20)] == [b"c", b"d"]
     assert cluster.nodes[3].high_watermark == 5
     assert [e.payload for e in cluster.nodes[3].read_committed(0, 10)] == [b"c", b"d"]
+
+
+@pytest.mark.parametrize("node_class", [RaftNode, CommitOldEpochNode])
+def test_an_entry_of_an_older_epoch_is_not_committed_by_counting_replicas(
+    node_class: type[RaftNode],
+) -> None:
+    """Raft's figure 8, scripted: the production node does not commit x; the mutant does,
+    and then loses it.
+
+    Entry x (epoch 2) is on nodes 1 and 2; node 5 holds y (epoch 3) at the same offset. Node 1
+    leads epoch 4 with nodes 3 and 4 while 2 and 5 are down, and (one entry per Fetch) they
+    copy x before its LeaderChange entry: x is then on a majority. Counting it committed
+    is wrong: node 1 fails, and node 5, whose last epoch 3 beats theirs, is elected by nodes
+    3 and 4 and replaces x by y.
+    """
+    cluster = Cluster(range(1, 6), config=RaftConfig(fetch_max_bytes=1), node_class=node_class)
+    a, x, y = Entry(0, 1, b"a"), Entry(1, 2, b"x"), Entry(1, 3, b"y")
+    for node_id, entries in {1: [a, x], 2: [a, x], 3: [a], 4: [a], 5: [a, y]}.items():
+        cluster.logs[node_id].append(entries)
+        cluster.logs[node_id].flush()
+        cluster.stores[node_id].write(QuorumState(3, None, None))
+        cluster.stores[node_id].flush()
+        cluster.restart(node_id)
+    cluster.down = {2, 5}
+    leader = cluster.nodes[1]
+    cluster.tick(1, leader.next_deadline())
+
+    # Node 1 is elected; nodes 3 and 4 copy x and report it, and the answers carrying the
+    # LeaderChange entry are lost.
+    def carries_leader_change(envelope: Envelope) -> bool:
+        message = envelope.message
+        return isinstance(message, FetchResponse) and any(r.control for r in message.records)
+
+    cluster.deliver(
+        until=lambda: min(leader._replica_end.get(3, 0), leader._replica_end.get(4, 0)) >= 2,
+        lose=carries_leader_change,
+    )
+    assert leader.epoch == 4
+    assert [cluster.logs[n].end_offset() for n in (3, 4)] == [2, 2]
+    if node_class is RaftNode:
+        assert leader.high_watermark == 0  # x is on a majority, but not of this epoch
+    else:
+        assert leader.high_watermark == 2  # the mutant counts x committed
+    committed_by_leader = leader.read_committed(0, 10)
+    # Node 1 fails before the LeaderChange entry spreads; node 5 comes back.
+    cluster.queue.clear()
+    cluster.down = {1, 2}
+    cluster.now += CONFIG.fetch_timeout_ms * 2
+    cluster.restart(5)
+    for _ in range(100):
+        if cluster.nodes[5].role is Role.LEADER:
+            break
+        up = [cluster.nodes[n] for n in (3, 4, 5)]
+        cluster.now = min(d for node in up if (d := node.next_deadline()) is not None)
+        for node in up:
+            cluster.collect(node.tick(cluster.now))
+        cluster.deliver()
+    assert cluster.nodes[5].role is Role.LEADER
+    assert cluster.logs[3].entry(1) == y  # x was replaced on node 3
+    # Only the mutant had reported x committed: a committed entry was lost.
+    assert (x in committed_by_leader) == (node_class is CommitOldEpochNode)
