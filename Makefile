@@ -10,8 +10,8 @@ DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless
 
 test: deps lint typecheck layers pytest
 
-# The fast lane for the inner loop (about a minute): lint, types, layers and the unit tests,
-# no process started and no Debian package needed.
+# The fast lane for the inner loop (about a minute): lint, types, layers, the unit tests and
+# the deterministic simulations, no process started and no Debian package needed.
 check: lint typecheck layers unit
 
 # Extra flags pass through: make serve ARGS="--port 19092 --data-dir /tmp/t"
@@ -53,7 +53,7 @@ pytest: venv
 	$(BIN)/pytest -q
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit tests/sim
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -79,11 +79,6 @@ class Effects:
     messages: list[Envelope] = field(default_factory=list)
     high_watermark: int | None = None
 
-    def extend(self, other: Effects) -> None:
-        self.messages.extend(other.messages)
-        if other.high_watermark is not None:
-            self.high_watermark = other.high_watermark
-
 
 @dataclass(frozen=True, slots=True)
 class ProposeResult:
@@ -294,6 +289,7 @@ class RaftNode:
         # Leader.
         self._epoch_start_offset = 0
         self._replica_end: dict[int, int] = {}
+        # Observers' fetch offsets: they count for nothing, DescribeQuorum will list them.
         self._observer_end: dict[int, int] = {}
         self._hw_sent: dict[int, int] = {}
         self._parked: dict[int, tuple[Envelope, int]] = {}
