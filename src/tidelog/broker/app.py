@@ -317,6 +317,9 @@ async def serve_until_signalled(
             raise StopError(closing) from exc
 
 
+_ANOTHER_DIR = "give the broker another directory (--data-dir)"
+
+
 def run_broker(config: BrokerConfig) -> None:
     """Run until SIGTERM/SIGINT; :class:`StartupError` if the broker could not start,
     :class:`StopError` if it could not close its logs."""
@@ -325,16 +328,23 @@ def run_broker(config: BrokerConfig) -> None:
     uvloop.run(serve_until_signalled(config))
 
 
-def failure_line(config: BrokerConfig, exc: BaseException, binding: Sequence[Endpoint] = ()) -> str:
+def failure_line(
+    config: BrokerConfig,
+    exc: BaseException,
+    binding: Sequence[Endpoint] = (),
+    *,
+    another_dir: str = _ANOTHER_DIR,
+) -> str:
     """What went wrong, and the fix, in one line naming the path or config key.
 
     ``binding``: the listener being bound when the failure happened, if any.
+    ``another_dir``: how the command that failed is pointed at another directory.
     """
     if isinstance(exc, LockHeldError):
         directory = exc.path.parent
         return (
             f"{_dir_key(config, directory)}: {directory} is in use by another process "
-            f"(it holds {exc.path}); stop that broker first, or {_ANOTHER_DIR}"
+            f"(it holds {exc.path}); stop that broker first, or {another_dir}"
         )
     if isinstance(exc, OSError) and exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
         where = " and ".join(map(str, binding or config.listeners))
@@ -345,7 +355,7 @@ def failure_line(config: BrokerConfig, exc: BaseException, binding: Sequence[End
         return f"listeners: {where} is not an address of this machine; choose another (--host)"
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc)
-        fix = _DIR_FIXES.get(exc.errno or 0, "")
+        fix = _DIR_FIXES.get(exc.errno or 0, "").format(another_dir=another_dir)
         if exc.filename is None:
             # A write or fsync on a file already open: the error carries no path.
             dirs = ", ".join(str(d) for d in dict.fromkeys(config.log_dirs))
@@ -355,14 +365,13 @@ def failure_line(config: BrokerConfig, exc: BaseException, binding: Sequence[End
     return str(exc)
 
 
-_ANOTHER_DIR = "give the broker another directory (--data-dir)"
 _DIR_FIXES = {
-    errno.ENOTDIR: f"; {_ANOTHER_DIR}",
-    errno.EACCES: f"; let the broker's user write there, or {_ANOTHER_DIR}",
-    errno.EPERM: f"; let the broker's user write there, or {_ANOTHER_DIR}",
-    errno.EROFS: f"; mount it writable, or {_ANOTHER_DIR}",
-    errno.ENOSPC: f"; free space on that disk, or {_ANOTHER_DIR}",
-    errno.EDQUOT: f"; free space within the quota, or {_ANOTHER_DIR}",
+    errno.ENOTDIR: "; {another_dir}",
+    errno.EACCES: "; let the broker's user write there, or {another_dir}",
+    errno.EPERM: "; let the broker's user write there, or {another_dir}",
+    errno.EROFS: "; mount it writable, or {another_dir}",
+    errno.ENOSPC: "; free space on that disk, or {another_dir}",
+    errno.EDQUOT: "; free space within the quota, or {another_dir}",
 }
 
 

@@ -10,7 +10,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from tidelog import __version__
-from tidelog.cli import agent, configs, consume, dump_log, groups, perf, produce, serve, topics
+from tidelog.cli import (
+    agent,
+    configs,
+    consume,
+    dump_log,
+    groups,
+    perf,
+    produce,
+    serve,
+    storage,
+    topics,
+)
 
 _NEGATIVE_NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
 
@@ -73,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     serve.add_parser(commands)
+    storage.add_parser(commands)
     topics.add_parser(commands)
     produce.add_parser(commands)
     consume.add_parser(commands)

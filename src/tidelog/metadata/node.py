@@ -45,7 +45,11 @@ def build_metadata_node(config: BrokerConfig, runtime: Runtime) -> MetadataNode:
     """Check meta.properties, replay the metadata log, register this node."""
     dirs = [*config.log_dirs, config.metadata_log_dir]
     cluster_id = ensure_meta_properties(
-        dirs, node_id=config.node_id, cluster_id=config.cluster_id, fsync=runtime.fsync
+        dirs,
+        node_id=config.node_id,
+        cluster_id=config.cluster_id,
+        fsync=runtime.fsync,
+        source=runtime.random,
     )
     log = MetadataLog.open(config.metadata_log_dir, clock=runtime.clock, fsync=runtime.fsync)
     try:

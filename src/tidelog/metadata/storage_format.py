@@ -1,0 +1,59 @@
+"""Format a node's directories before its first start, as ``kafka-storage format`` does.
+
+:func:`format_storage` writes ``meta.properties`` (cluster id, node id, a directory id)
+into every log dir and the metadata log dir of a configuration. It owns the dirs while it
+works, through the same ``.lock`` files a running broker holds
+(:func:`~tidelog.storage.lock_log_dirs`), so it cannot format data a broker is using,
+and a broker cannot start on dirs half formatted.
+
+Only a static quorum is formatted: nothing is written to the metadata log, unlike Kafka's
+``--standalone`` / ``--initial-controllers``, which bootstrap a dynamic one (KIP-853).
+A node started on unformatted dirs still formats them itself (:func:`~tidelog.metadata.
+meta_properties.ensure_meta_properties`), so a single node needs no format step.
+"""
+
+from __future__ import annotations
+
+from tidelog.metadata.configs import BrokerConfig
+from tidelog.metadata.errors import MetaPropertiesError
+from tidelog.metadata.meta_properties import FormatResult, check_cluster_id, format_dirs
+from tidelog.runtime.system import Runtime
+from tidelog.storage import lock_log_dirs
+
+__all__ = ["format_storage"]
+
+
+def format_storage(
+    config: BrokerConfig,
+    cluster_id: str,
+    runtime: Runtime,
+    *,
+    ignore_formatted: bool = False,
+) -> FormatResult:
+    """Format ``config``'s log dirs and metadata log dir with ``cluster_id``.
+
+    Raises :class:`~tidelog.metadata.errors.MetaPropertiesError` (invalid id, a dir
+    already formatted, an id other than the configured ``cluster.id``),
+    :class:`~tidelog.runtime.filelock.LockHeldError` (a broker runs on a dir) or the
+    OSError of a dir that cannot be written; nothing is written then.
+    """
+    check_cluster_id(cluster_id)
+    if config.cluster_id is not None and config.cluster_id != cluster_id:
+        raise MetaPropertiesError(
+            f"cluster.id is {config.cluster_id} in the configuration, but --cluster-id is "
+            f"{cluster_id}; give the same id, or remove cluster.id from the configuration"
+        )
+    dirs = [*config.log_dirs, config.metadata_log_dir]
+    locks = lock_log_dirs(dirs)
+    try:
+        return format_dirs(
+            dirs,
+            cluster_id=cluster_id,
+            node_id=config.node_id,
+            ignore_formatted=ignore_formatted,
+            fsync=runtime.fsync,
+            source=runtime.random,
+        )
+    finally:
+        for lock in locks:
+            lock.release()
