@@ -6,8 +6,10 @@ works, through the same ``.lock`` files a running broker holds
 (:func:`~tidelog.storage.lock_log_dirs`), so it cannot format data a broker is using,
 and a broker cannot start on dirs half formatted.
 
-Only a static quorum is formatted: nothing is written to the metadata log, unlike Kafka's
-``--standalone`` / ``--initial-controllers``, which bootstrap a dynamic one (KIP-853).
+Only ``meta.properties`` is written. Kafka's format also writes a bootstrap snapshot into
+``__cluster_metadata-0``: its feature levels (``metadata.version``...), and with
+``--standalone`` / ``--initial-controllers`` the voters of a dynamic quorum (KIP-853).
+Tidelog has no feature levels yet and formats a static quorum only.
 A node started on unformatted dirs still formats them itself (:func:`~tidelog.metadata.
 meta_properties.ensure_meta_properties`), so a single node needs no format step.
 """
