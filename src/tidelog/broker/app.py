@@ -29,6 +29,7 @@ from pathlib import Path
 from tidelog.broker.broker import Broker
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
+from tidelog.broker.metrics import BrokerMetrics, MetricsServer
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
 from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
@@ -98,6 +99,9 @@ class BrokerApp:
         self._background: list[asyncio.Task[None]] = []
         self._dir_locks: list[FileLock] = []
         self._started = False
+        #: ``metrics.listener``'s counters and HTTP server (None: metrics are off)
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
 
     @property
     def port(self) -> int:
@@ -107,6 +111,8 @@ class BrokerApp:
 
     async def start(self) -> None:
         check_listeners_served(self.static_config)
+        # First, so that /health answers (and /ready says why not) during a long recovery.
+        await self._serve_metrics()
         loop = asyncio.get_running_loop()
         # Before anything in the log dirs is read or written (building the metadata node
         # reads meta.properties and the metadata log there): one process owns them.
@@ -128,6 +134,7 @@ class BrokerApp:
                 controller.config, controller.image.topic_config(topic)
             ),
             reserved_dirs={f"{METADATA_TOPIC}-{METADATA_PARTITION}"},
+            on_sync=self.metrics.observe_fsync if self.metrics is not None else None,
         )
         await asyncio.to_thread(logs.open)
         self.logs = logs
@@ -147,6 +154,7 @@ class BrokerApp:
             controller=controller,
         )
         self.broker = broker
+        broker.metrics = self.metrics
         broker.apply_metadata(controller.image, None)
 
         def on_change(image: MetadataImage, delta: MetadataDelta) -> None:
@@ -210,6 +218,38 @@ class BrokerApp:
             iter(broker.listener_endpoints.values())
         )
 
+    async def _serve_metrics(self) -> None:
+        address = self.static_config.metrics_listener
+        if address is None:
+            return
+        self.metrics = BrokerMetrics()
+        server = MetricsServer(
+            self.metrics, *address, broker=lambda: self.broker, ready=self.not_ready_reason
+        )
+        try:
+            await server.start()
+        except OSError as exc:
+            value = self.static_config.get_str("metrics.listener")
+            raise ConfigError(
+                "metrics.listener", value, f"cannot listen there: {exc.strerror or exc}"
+            ) from exc
+        self.metrics_server = server
+        _log.info("metrics on http://%s:%d/metrics", address[0] or "0.0.0.0", server.port)
+
+    def not_ready_reason(self) -> str | None:
+        """None once the broker serves clients (``/ready``), else why not, in one line."""
+        if self.broker is None or not self._started:
+            return "starting: metadata and logs are being loaded"
+        if self.broker.stopping:
+            return "stopping"
+        groups = self.broker.groups
+        if groups is None or groups.stopped:
+            return "the group coordinator is not running"
+        loading = groups.loading
+        if loading:
+            return f"the group coordinator is loading {len(loading)} __consumer_offsets partitions"
+        return None
+
     def _start_background(self, config: BrokerConfig) -> None:
         logs = self.logs
         assert logs is not None
@@ -265,6 +305,9 @@ class BrokerApp:
             _log.info("broker stopped cleanly")
 
     async def _close(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+            self.metrics_server = None
         if self.broker is not None and self.broker.groups is not None:
             # First, so that no request waits on a rebalance through the server's grace
             # period: waiting group requests get NOT_COORDINATOR and their clients move on.

@@ -38,6 +38,7 @@ from tidelog.storage import LogConfig
 
 if TYPE_CHECKING:
     from tidelog.broker.groups import GroupDriver
+    from tidelog.broker.metrics import BrokerMetrics
 
 _log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class Broker:
         self.stopping = False
         #: the group coordinator's driver, set by the app (None: group APIs unavailable)
         self.groups: GroupDriver | None = None
+        #: the counters of ``metrics.listener``, set by the app (None: metrics are off)
+        self.metrics: BrokerMetrics | None = None
 
     # -- metadata ------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+
+#: What the reader hands the writer: header, reply, when the frame was taken and when its
+#: handler returned (``time.perf_counter``); the times feed the request metrics.
+_Queued = tuple[RequestHeader | None, Any, float, float]
 
 
 class RequestContext:
@@ -120,9 +125,7 @@ class Connection:
         self._handlers = handlers
         self._accepted = accepted
         self._decoder = FrameDecoder(max_frame_size)
-        self._queue: asyncio.Queue[tuple[RequestHeader | None, Any]] = asyncio.Queue(
-            max(1, max_in_flight)
-        )
+        self._queue: asyncio.Queue[_Queued] = asyncio.Queue(max(1, max_in_flight))
         self._loop = asyncio.get_running_loop()
         self._reading: asyncio.Task[None] | None = None
         self._closing = False
@@ -150,7 +153,7 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
             if not writer.done() and not self._peer_closed:
-                await self._queue.put((None, None))
+                await self._queue.put((None, None, 0.0, 0.0))
                 await writer
         except (ConnectionError, OSError, _Closed):
             pass
@@ -198,12 +201,14 @@ class Connection:
             self._peer_closed = True
 
     async def _handle_frame(self, frame: memoryview) -> None:
+        taken = time.perf_counter()
         try:
             header, request = parse_request(frame, self._accepted)
         except UnsupportedVersionError as exc:
             assert exc.header is not None
             if exc.header.api_key == ApiKey.API_VERSIONS:
-                await self._queue.put((exc.header, encode_api_versions_fallback(exc.header)))
+                fallback = encode_api_versions_fallback(exc.header)
+                await self._queue.put((exc.header, fallback, taken, time.perf_counter()))
                 return
             _log.warning("closing connection from %s: %s", self.peer, exc)
             self._closing = True
@@ -231,19 +236,27 @@ class Connection:
             )
             self._closing = True
             return
-        await self._queue.put((header, reply))
+        await self._queue.put((header, reply, taken, time.perf_counter()))
 
     # -- writing -----------------------------------------------------------------------
 
     async def _write_loop(self) -> None:
+        metrics = self._broker.metrics
         while True:
-            header, reply = await self._queue.get()
+            header, reply, taken, handled = await self._queue.get()
             if header is None and reply is None:
                 return
+            ready = handled
             if isinstance(reply, Deferred):
                 reply = await reply.waiter
+                ready = time.perf_counter()
             if reply is NO_RESPONSE:
+                if metrics is not None and header is not None:
+                    metrics.request_done(
+                        header.api_key, (), ready - taken, handled - taken, ready - handled
+                    )
                 continue
+            error_codes = metrics.error_codes_of(reply) if metrics is not None else ()
             if isinstance(reply, bytes):
                 await self._loop.sock_sendall(self._sock, reply)
             elif isinstance(reply, EncodedResponse):
@@ -255,6 +268,14 @@ class Connection:
             else:
                 assert header is not None
                 await self._loop.sock_sendall(self._sock, encode_response(header, reply))
+            if metrics is not None and header is not None:
+                metrics.request_done(
+                    header.api_key,
+                    error_codes,
+                    time.perf_counter() - taken,
+                    handled - taken,
+                    ready - handled,
+                )
 
     async def _send_encoded(self, header: RequestHeader, reply: EncodedResponse) -> None:
         response_header = encode_response_header(
@@ -306,7 +327,7 @@ class Connection:
 
     def _drain_unsent(self) -> None:
         while not self._queue.empty():
-            _, reply = self._queue.get_nowait()
+            _, reply, _, _ = self._queue.get_nowait()
             if isinstance(reply, EncodedResponse):
                 reply.close()
             elif isinstance(reply, Deferred):

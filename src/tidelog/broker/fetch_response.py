@@ -213,6 +213,7 @@ def encode_fetch_response(
         out.buf += _INT16.pack(error_code)
         out.buf += _INT32.pack(session_id)
     out.buf += _array_length(len(topics), flexible)
+    errors = [error_code] if error_code else []
     for topic in topics:
         if version >= FIRST_WITH_TOPIC_IDS:
             out.buf += topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID
@@ -221,6 +222,8 @@ def encode_fetch_response(
         out.buf += _array_length(len(topic.partitions), flexible)
         for partition in topic.partitions:
             _partition(out, version, partition)
+            if partition.error_code:
+                errors.append(partition.error_code)
         if flexible:
             out.buf += _NO_TAGS
     if flexible:
@@ -235,4 +238,4 @@ def encode_fetch_response(
             out.buf += _tagged([(0, bytes(body))])
         else:
             out.buf += _NO_TAGS
-    return EncodedResponse(out.finish())
+    return EncodedResponse(out.finish(), errors)

@@ -233,6 +233,12 @@ class GroupDriver:
     def stopped(self) -> bool:
         return self._stopped
 
+    @property
+    def loading(self) -> list[int]:
+        """The ``__consumer_offsets`` partitions taken but not loaded yet (or that failed to
+        load): their groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
+        return sorted(self._taken - self._ready)
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -38,6 +38,9 @@ class EncodedResponse:
     """
 
     parts: list[bytes | FileSlice] = field(default_factory=list)
+    #: The non-zero error codes the body carries (top level and per partition), which the
+    #: broker's metrics count without decoding the body again.
+    error_codes: list[int] = field(default_factory=list)
 
     @property
     def size(self) -> int:

@@ -299,6 +299,29 @@ def _check_protocol_map(name: str, value: ConfigValue) -> None:
     _parse_protocol_map(name, value)
 
 
+def parse_metrics_listener(name: str, value: ConfigValue | None) -> tuple[str, int] | None:
+    """(host, port) of ``http://host:port``; None for the empty value (metrics off)."""
+    text = value if isinstance(value, str) else ""
+    if not text:
+        return None
+    scheme, sep, address = text.partition("://")
+    host, colon, port = address.rpartition(":")
+    if (
+        scheme.lower() != "http"
+        or not sep
+        or not colon
+        or not port.isdigit()
+        or int(port) > 65535
+        or "/" in address
+    ):
+        raise ConfigError(name, text, "expected http://host:port (or empty for no metrics)")
+    return host.strip("[]"), int(port)
+
+
+def _check_metrics_listener(name: str, value: ConfigValue) -> None:
+    parse_metrics_listener(name, value)
+
+
 def _check_cluster_id(name: str, value: ConfigValue) -> None:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
         raise ConfigError(name, value, "must be 1-64 characters of [A-Za-z0-9_-]")
@@ -467,6 +490,15 @@ def _broker_defs() -> list[ConfigDef]:
             500,
             "Requests read but not yet handled before the broker stops reading sockets.",
             at_least(1),
+        ),
+        d(
+            "metrics.listener",
+            _S,
+            "",
+            "http://host:port of the broker's Prometheus metrics and health endpoints "
+            "(/metrics, /health, /ready); empty: off. An empty host means every interface. "
+            "Not a Kafka key: Kafka exposes JMX instead.",
+            _check_metrics_listener,
         ),
         d(
             "num.network.threads",
@@ -1612,6 +1644,11 @@ class BrokerConfig:
     @property
     def queued_max_requests(self) -> int:
         return self.get_int("queued.max.requests")
+
+    @property
+    def metrics_listener(self) -> tuple[str, int] | None:
+        """(host, port) of the metrics HTTP listener; None when metrics are off."""
+        return parse_metrics_listener("metrics.listener", self.get("metrics.listener"))
 
     @property
     def fetch_max_bytes(self) -> int:

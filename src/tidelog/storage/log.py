@@ -208,6 +208,10 @@ class Log:
         #: Called (without the log's lock) with the new log end offset after a
         #: truncation, so the cleaner can lower its first dirty offset.
         self.on_truncate: Callable[[int], None] | None = None
+        #: Called with the seconds each group-commit fsync round took (from whichever
+        #: thread ran it), so the broker can export a flush-time histogram without the
+        #: storage layer knowing about metrics.
+        self.on_sync: Callable[[float], None] | None = None
         self._lock = threading.RLock()
         # Group commit state (see :meth:`sync`), guarded by ``_sync_mutex``: whether a
         # leader is syncing, the offsets each caller inside sync() waits for, durable
@@ -1019,6 +1023,8 @@ class Log:
             for fd in fds:
                 os.close(fd)
         self._last_sync_seconds = time.perf_counter() - started
+        if self.on_sync is not None:
+            self.on_sync(self._last_sync_seconds)
         with self._lock:
             if self._truncations == truncations:
                 self._recovery_point = max(self._recovery_point, min(target, self._log_end_offset))

@@ -134,9 +134,12 @@ class LogManager:
         fsync: FsyncFn = os.fsync,
         max_idle_open_segments: int = 128,
         reserved_dirs: Collection[str] = (),
+        on_sync: Callable[[float], None] | None = None,
     ) -> None:
         """``reserved_dirs`` names partition directories that another owner opens (the
-        metadata log's ``__cluster_metadata-0``); they are neither opened nor reported."""
+        metadata log's ``__cluster_metadata-0``); they are neither opened nor reported.
+        ``on_sync`` is given to every log (:attr:`Log.on_sync`): the seconds of each fsync
+        round."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -145,6 +148,7 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self._config_for = config_for
         self._fsync = fsync
+        self._on_sync = on_sync
         self.handle_cache = HandleCache(max_idle_open_segments)
         self.cleaner = Cleaner(fsync=fsync)
         self._lock = threading.RLock()
@@ -209,6 +213,7 @@ class LogManager:
                 handle_cache=self.handle_cache,
                 on_checkpoint=self._checkpoint_callback(directory),
             )
+            log.on_sync = self._on_sync
             self._logs[key] = log
             self._dir_of[key] = directory
             self.recovery_reports[key] = log.recovery_report
@@ -276,6 +281,7 @@ class LogManager:
                 topic_id=topic_id,
                 on_checkpoint=self._checkpoint_callback(directory),
             )
+            log.on_sync = self._on_sync
             self._logs[key] = log
             self._dir_of[key] = directory
             self.cleaner.attach(log)

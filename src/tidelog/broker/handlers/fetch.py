@@ -313,6 +313,7 @@ def _respond(fetch: _Fetch, broker: Broker, reads: list[_Read]) -> EncodedRespon
     current: TopicResult | None = None
     current_key: object = object()
     leader_errors = False
+    metrics = broker.metrics
     for key, item, result in chosen:
         if key[0] != current_key or current is None:
             current_key = key[0]
@@ -320,6 +321,8 @@ def _respond(fetch: _Fetch, broker: Broker, reads: list[_Read]) -> EncodedRespon
             topics.append(current)
         current.partitions.append(result)
         leader_errors = leader_errors or result.current_leader is not None
+        if metrics is not None and result.records is not None and item.topic is not None:
+            metrics.fetched(item.topic, result.records.length)
     endpoints = (
         [NodeEndpoint(broker.node_id, *broker.endpoint(fetch.listener))]
         if leader_errors and fetch.version >= 16

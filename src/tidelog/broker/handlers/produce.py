@@ -43,6 +43,7 @@ from typing import Any
 from tidelog.broker.connection import CloseConnection, RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE
+from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.partitions import Partition
 from tidelog.broker.produce_validation import Refusal, validate_partition_records
 from tidelog.broker.reply import NO_RESPONSE, Deferred
@@ -158,6 +159,7 @@ def _produce_partition(
     version: int,
     now_ms: int,
     acks_valid: bool,
+    metrics: BrokerMetrics | None,
 ) -> int:
     """Validate and append one partition's records, filling ``result``; returns the offset
     that must be durable before an acks=all answer (0 when nothing is to wait for)."""
@@ -203,6 +205,8 @@ def _produce_partition(
             _log.error("append to %s-%d failed: %s", partition.topic, partition.index, exc)
         result.fail(code, str(exc))
         return 0
+    if metrics is not None:
+        metrics.produced(partition.topic, len(records), info.last_offset - info.first_offset + 1)
     result.base_offset = info.first_offset
     result.log_append_time = info.log_append_time
     result.log_start_offset = info.log_start_offset
@@ -277,6 +281,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
     topics: list[tuple[Any, list[_Result]]] = []
     waits: dict[Partition, tuple[int, list[_Result]]] = {}
     failed = False
+    metrics = broker.metrics
     for topic_data in request.topic_data:
         results: list[_Result] = []
         unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -295,7 +300,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
                 result.fail(unknown)
                 failed = True
                 continue
-            end = _produce_partition(partition, result, data.records, version, now_ms, acks_valid)
+            end = _produce_partition(
+                partition, result, data.records, version, now_ms, acks_valid, metrics
+            )
             if result.error is not _NONE:
                 failed = True
             elif end > 0 and acks == -1:

@@ -1,0 +1,204 @@
+"""The broker's metrics: what the request path counts, and the text a scrape renders from the
+live logs and a copy of the group coordinator's state (parsed back with Prometheus' own
+parser)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tidelog.broker.broker import Broker
+from tidelog.broker.fetch_response import PartitionResult, TopicResult, encode_fetch_response
+from tidelog.broker.handlers.produce import handle_produce
+from tidelog.broker.metrics import BrokerMetrics, GroupState, ScrapeState, api_name, error_codes
+from tidelog.metadata.configs import BrokerConfig
+from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.storage import ConfigError, LogManager
+
+from .conftest import add_topic, context, make_batch, produce_request
+
+Sample = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: bytes) -> Sample:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text.decode())
+        for sample in family.samples
+    }
+
+
+def value(sample: Sample, name: str, **labels: str) -> float | None:
+    return sample.get((name, frozenset(labels.items())))
+
+
+def produce(broker: Broker, topics: dict[Any, dict[int, bytes | None]]) -> Any:
+    request = produce_request(9, topics, acks=1)
+    return asyncio.run(handle_produce(context(broker, ApiKey.PRODUCE, 9), request))
+
+
+def test_produce_counts_appended_bytes_and_records_per_topic(broker: Broker) -> None:
+    metrics = BrokerMetrics()
+    broker.metrics = metrics
+    add_topic(broker, "orders", partitions=2)
+    first, second = make_batch([b"a", b"b", b"c"]), make_batch([b"d"])
+    produce(broker, {"orders": {0: first, 1: second}, "missing": {0: make_batch()}})
+    produce(broker, {"orders": {0: make_batch([b"e", b"f"])}})
+    state = ScrapeState(partitions=[], missing=[], groups=[], bytes_in={}, bytes_out={})
+    state.bytes_in = {t: tuple(c) for t, c in metrics._in.items()}
+    sample = parse(metrics.render(state))
+    size = len(first) + len(second) + len(make_batch([b"e", b"f"]))
+    assert value(sample, "kafka_server_bytes_in_total", topic="orders") == size
+    assert value(sample, "kafka_server_messages_in_total", topic="orders") == 6
+    # Nothing was appended to the unknown topic.
+    assert value(sample, "kafka_server_messages_in_total", topic="missing") is None
+
+
+def test_scrape_reports_logs_partitions_and_group_lag(broker: Broker) -> None:
+    metrics = BrokerMetrics()
+    add_topic(broker, "orders", partitions=2)
+    batch = make_batch([b"x"] * 5)
+    orders0 = broker.partitions.get("orders", 0)
+    orders1 = broker.partitions.get("orders", 1)
+    assert orders0 is not None and orders1 is not None
+    orders0.append(bytearray(batch))
+    closed = add_topic(broker, "closing") and broker.partitions.get("closing", 0)
+    assert closed is not None
+    closed.log.close()
+    state = ScrapeState(
+        partitions=[
+            ("orders", 0, orders0.log, 5),
+            ("orders", 1, orders1.log, 0),
+            ("closing", 0, closed.log, 0),
+        ],
+        missing=[("gone", 3)],
+        groups=[
+            GroupState("billing", "Stable", 2, [("orders", 0, 2), ("orders", 1, 0), ("old", 0, 9)]),
+            GroupState("ahead", "Empty", 0, [("orders", 0, 7)]),
+        ],
+        bytes_in={},
+        bytes_out={"orders": 1234},
+    )
+    sample = parse(metrics.render(state))
+    tp0 = {"topic": "orders", "partition": "0"}
+    assert value(sample, "kafka_log_size_bytes", **tp0) == len(batch)
+    assert value(sample, "kafka_log_segments", **tp0) == 1
+    assert value(sample, "kafka_topic_partition_current_offset", **tp0) == 5
+    assert value(sample, "kafka_topic_partition_oldest_offset", **tp0) == 0
+    assert value(sample, "kafka_log_size_bytes", topic="orders", partition="1") == 0
+    assert value(sample, "kafka_server_bytes_out_total", topic="orders") == 1234
+    assert value(sample, "kafka_server_leader_partitions") == 3
+    # The partition whose log is closed and the one the metadata names but no log serves.
+    assert value(sample, "kafka_controller_offline_partitions") == 2
+    assert value(sample, "kafka_log_size_bytes", topic="closing", partition="0") is None
+    assert value(sample, "kafka_server_under_replicated_partitions") == 0
+    assert value(sample, "kafka_controller_active_controller") == 1
+
+    billing = {"consumergroup": "billing"}
+    assert value(sample, "kafka_consumergroup_state", state="Stable", **billing) == 1
+    assert value(sample, "kafka_consumergroup_members", **billing) == 2
+    assert value(sample, "kafka_consumergroup_current_offset", **billing, **tp0) == 2
+    assert value(sample, "kafka_consumergroup_lag", **billing, **tp0) == 3
+    assert value(sample, "kafka_consumergroup_lag", topic="orders", partition="1", **billing) == 0
+    # An offset of a partition this broker has no log for: committed, but no lag to tell.
+    old = {"topic": "old", "partition": "0", **billing}
+    assert value(sample, "kafka_consumergroup_current_offset", **old) == 9
+    assert value(sample, "kafka_consumergroup_lag", **old) is None
+    assert value(sample, "kafka_consumergroup_lag_sum", **billing) == 3
+    # A commit past the high watermark is not a negative lag.
+    ahead = {"consumergroup": "ahead", **tp0}
+    assert value(sample, "kafka_consumergroup_lag", **ahead) == 0
+
+
+def test_requests_count_times_and_error_names() -> None:
+    metrics = BrokerMetrics()
+    metrics.request_done(ApiKey.PRODUCE, [], 0.004, 0.001, 0.003)
+    metrics.request_done(
+        ApiKey.PRODUCE,
+        [ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_LEADER_OR_FOLLOWER],
+        0.002,
+        0.002,
+        0.0,
+    )
+    metrics.request_done(ApiKey.FIND_COORDINATOR, [15], 0.0001, 0.0001, 0.0)
+    metrics.observe_fsync(0.0007)
+    state = ScrapeState(partitions=[], missing=[], groups=[], bytes_in={}, bytes_out={})
+    sample = parse(metrics.render(state))
+    assert value(sample, "kafka_network_requests_total", api="Produce") == 2
+    assert value(sample, "kafka_network_requests_total", api="FindCoordinator") == 1
+    errors = "kafka_network_request_errors_total"
+    assert value(sample, errors, api="Produce", error="NOT_LEADER_OR_FOLLOWER") == 2
+    assert value(sample, errors, api="FindCoordinator", error="COORDINATOR_NOT_AVAILABLE") == 1
+    total = "kafka_network_request_total_time_seconds"
+    assert value(sample, f"{total}_count", api="Produce") == 2
+    assert value(sample, f"{total}_sum", api="Produce") == pytest.approx(0.006)
+    assert value(sample, f"{total}_bucket", api="Produce", le="0.0025") == 1
+    remote = "kafka_network_request_remote_time_seconds"
+    assert value(sample, f"{remote}_sum", api="Produce") == pytest.approx(0.003)
+    assert value(sample, "kafka_log_flush_time_seconds_count") == 1
+    assert value(sample, "kafka_log_flush_time_seconds_bucket", le="0.001") == 1
+    assert value(sample, "kafka_log_flush_time_seconds_bucket", le="0.0005") == 0
+    # No series per child creation time: they would double the scrape.
+    assert not any(name.endswith("_created") for name, _ in sample)
+
+
+def test_error_codes_of_responses(broker: Broker) -> None:
+    add_topic(broker, "orders")
+    response = produce(broker, {"orders": {0: make_batch(), 5: make_batch()}, "nope": {0: None}})
+    assert sorted(error_codes(response)) == [3, 3]  # UNKNOWN_TOPIC_OR_PARTITION twice
+    fetch = encode_fetch_response(
+        12,
+        [TopicResult("orders", None, [PartitionResult(0), PartitionResult(1, error_code=1)])],
+        error_code=0,
+    )
+    assert error_codes(fetch) == [1]
+    assert error_codes(encode_fetch_response(12, [], error_code=70)) == [70]
+
+
+def test_api_names_are_kafkas() -> None:
+    assert api_name(ApiKey.PRODUCE) == "Produce"
+    assert api_name(ApiKey.API_VERSIONS) == "ApiVersions"
+    assert api_name(ApiKey.OFFSET_COMMIT) == "OffsetCommit"
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("", None),
+        ("http://127.0.0.1:9404", ("127.0.0.1", 9404)),
+        ("http://:9404", ("", 9404)),
+        ("HTTP://[::1]:0", ("::1", 0)),
+    ],
+)
+def test_metrics_listener_values(text: str, address: tuple[str, int] | None) -> None:
+    assert BrokerConfig({"metrics.listener": text}).metrics_listener == address
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["9404", "127.0.0.1:9404", "https://h:9404", "http://h:port", "http://h:70000", "http://h:1/x"],
+)
+def test_metrics_listener_refuses(text: str) -> None:
+    with pytest.raises(ConfigError, match="expected http://host:port"):
+        BrokerConfig({"metrics.listener": text})
+
+
+def test_every_fsync_round_reaches_the_observer(tmp_path: Path, clock: Any) -> None:
+    rounds: list[float] = []
+    logs = LogManager([tmp_path / "logs"], clock=clock, on_sync=rounds.append)
+    logs.open()
+    try:
+        log = logs.get_or_create_log("orders", 0)
+        log.append(bytearray(make_batch()))
+        assert log.sync()
+        log.append(bytearray(make_batch()))
+        assert log.sync()
+        # Nothing new to make durable: no fsync round, nothing observed.
+        log.sync()
+        assert len(rounds) == 2 and all(seconds >= 0 for seconds in rounds)
+    finally:
+        logs.close()
