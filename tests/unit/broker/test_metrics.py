@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tidelog.broker.app import BrokerApp
 from tidelog.broker.broker import Broker
 from tidelog.broker.fetch_response import PartitionResult, TopicResult, encode_fetch_response
 from tidelog.broker.handlers.produce import handle_produce
@@ -202,3 +203,44 @@ def test_every_fsync_round_reaches_the_observer(tmp_path: Path, clock: Any) -> N
         assert len(rounds) == 2 and all(seconds >= 0 for seconds in rounds)
     finally:
         logs.close()
+
+
+async def _get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    return int(head.split(" ", 2)[1]), body
+
+
+def test_ready_says_why_not_in_one_line(tmp_path: Path) -> None:
+    config = BrokerConfig(
+        {
+            "log.dirs": str(tmp_path / "data"),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "metrics.listener": "http://127.0.0.1:0",
+        }
+    )
+
+    async def scenario() -> list[tuple[int, str]]:
+        app = BrokerApp(config)
+        assert app.not_ready_reason() == "starting: metadata and logs are being loaded"
+        await app.start()
+        try:
+            assert app.metrics_server is not None
+            port = app.metrics_server.port
+            answers = [await _get(port, "/ready"), await _get(port, "/health")]
+            assert app.broker is not None
+            app.broker.begin_stopping()
+            answers.append(await _get(port, "/ready"))
+            return answers
+        finally:
+            await app.stop()
+
+    assert asyncio.run(scenario()) == [
+        (200, "ready\n"),
+        (200, "up\n"),
+        (503, "not ready: stopping\n"),
+    ]
