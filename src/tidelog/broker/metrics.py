@@ -419,8 +419,14 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 
 _MAX_HEAD = 8192
 _READ_TIMEOUT_S = 10.0
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request"}
-_REASONS[503] = "Service Unavailable"
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class MetricsServer:
@@ -495,15 +501,13 @@ class MetricsServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
         except asyncio.LimitOverrunError:
             return 400, "text/plain", b"request head too large\n"
-        except asyncio.IncompleteReadError:
-            raise
         if len(head) > _MAX_HEAD:
             return 400, "text/plain", b"request head too large\n"
         method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
         path = rest.split(" ", 1)[0].split("?", 1)[0]
         if path not in ("/metrics", "/health", "/ready"):
             return 404, "text/plain", f"no such path: {path} (try /metrics)\n".encode()
-        if method not in ("GET", "HEAD"):
+        if method != "GET":
             return 405, "text/plain", b"only GET\n"
         if path == "/health":
             return 200, "text/plain", b"up\n"
@@ -512,7 +516,12 @@ class MetricsServer:
             if reason is None:
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", f"not ready: {reason}\n".encode()
-        return 200, CONTENT_TYPE_LATEST, await self.scrape()
+        try:
+            return 200, CONTENT_TYPE_LATEST, await self.scrape()
+        except Exception:
+            # A bug in a figure must not cost the broker anything but this scrape.
+            _log.exception("scrape of /metrics failed")
+            return 500, "text/plain", b"scrape failed; see the broker's log\n"
 
     async def scrape(self) -> bytes:
         broker = self._broker()
