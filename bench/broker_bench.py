@@ -33,6 +33,15 @@ deleted again when the case is over so that no case runs on an earlier one's dat
   its full wait shows ~hundreds of ms with 500, and the 10 ms run still gives its pipeline's
   own latency.
 
+Metrics on against off: ``--start tidelog --start tidelog-metrics`` (or ``--metrics-compare``)
+runs the same cases against ``tidelog serve`` without and then with ``metrics.listener``, the
+second scraped every ``--scrape-interval`` seconds (5) as Prometheus would, and prints the
+produce throughput of the second relative to the first. ``--metrics-scrape N`` (with a
+tidelog-metrics broker) creates a topic of N partitions, writes one record to each, and
+measures a scrape of ``/metrics`` (time, size) and the round trip of an ApiVersions request
+on the Kafka port without and during back-to-back scrapes, which shows whether a scrape holds
+up requests.
+
 MB is 10^6 bytes of record values; keys, headers and protocol framing are not counted. Both
 clients run on the same machine as the broker and compete with it for the CPU, as they would
 in any single-host comparison; the broker's own CPU seconds and peak RSS are reported when the
@@ -54,10 +63,13 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -410,8 +422,17 @@ def latency_case(bootstrap: str, topic: str, workload: Workload, fetch_wait: int
 # --- one broker -------------------------------------------------------------------------------
 
 
-def run_workload(result: BrokerResult, workload: Workload, alive: Callable[[], str | None]) -> None:
-    """Every case against ``result.bootstrap``; a case that fails is recorded and skipped."""
+def run_workload(
+    result: BrokerResult,
+    workload: Workload,
+    alive: Callable[[], str | None],
+    cpu: Callable[[], float | None] = lambda: None,
+) -> None:
+    """Every case against ``result.bootstrap``; a case that fails is recorded and skipped.
+
+    ``cpu()`` gives the broker's CPU seconds so far (None: unknown); each case then reports
+    the CPU the broker spent on it, a figure the other load of a shared machine disturbs far
+    less than throughput."""
     bootstrap = result.bootstrap
 
     def attempt(label: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
@@ -420,8 +441,12 @@ def run_workload(result: BrokerResult, workload: Workload, alive: Callable[[], s
             result.errors.append(f"{label}: skipped, {dead}")
             return None
         print(f"  {result.name}: {label} ...", file=sys.stderr, flush=True)
+        cpu_before = cpu()
         try:
             figures = fn()
+            cpu_after = cpu()
+            if cpu_before is not None and cpu_after is not None:
+                figures["broker_cpu_s"] = round(cpu_after - cpu_before, 3)
         except Exception as exc:  # one broken case must not cost the other broker its run
             result.errors.append(f"{label}: {type(exc).__name__}: {exc}")
             return None
@@ -533,10 +558,16 @@ class StartedBroker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.workdir = Path(tempfile.mkdtemp(prefix=f".{name}-bench-", dir=root))
         self.log_path = self.workdir / "broker.log"
-        if name == "tidelog":
+        #: the /metrics address of a tidelog-metrics broker
+        self.metrics_url: str | None = None
+        if name.startswith("tidelog"):
             data = self.workdir / "data"
             command = [tidelog_binary(), "serve", "--port", str(self.port)]
             command += ["--data-dir", str(data)]
+            if name == "tidelog-metrics":
+                metrics_port = free_port()
+                self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+                command += ["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
         else:
             url = f"tcp://{self.bootstrap}"
             command = [tansu_binary(), "broker", "--listener-url", url]
@@ -571,6 +602,14 @@ class StartedBroker:
             except KafkaException:
                 time.sleep(0.2)
         raise RuntimeError(f"{self.name}: no Metadata answer within {BROKER_START_SECONDS:.0f} s")
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds of the broker so far (Linux only)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
     def sample(self) -> dict[str, Any]:
         """CPU seconds and peak RSS so far, from /proc (Linux only; empty elsewhere)."""
@@ -610,17 +649,156 @@ class StartedBroker:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def run_started(name: str, workload: Workload, root: Path, keep: bool) -> BrokerResult:
+def scrape(url: str) -> tuple[float, int]:
+    """Seconds one GET of ``url`` took, and the bytes it returned."""
+    started = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=30) as response:
+        size = len(response.read())
+    return time.perf_counter() - started, size
+
+
+class Scraper:
+    """Scrapes ``url`` every ``interval`` seconds in a thread, as Prometheus would."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        self.url = url
+        self.interval = interval
+        self.times: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.times.append(scrape(self.url)[0])
+            except OSError as exc:
+                self.failures.append(str(exc))
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        ordered = sorted(self.times)
+        return {
+            "scrapes": len(ordered),
+            "scrape_p50_ms": round(ordered[len(ordered) // 2] * 1000, 2) if ordered else None,
+            "scrape_max_ms": round(ordered[-1] * 1000, 2) if ordered else None,
+            "scrape_failures": self.failures[:3],
+        }
+
+
+def api_versions_round_trip(sock: socket.socket, correlation: int) -> float:
+    """Seconds for one ApiVersions v0 request on ``sock`` to be answered."""
+    client = b"bench"
+    body = struct.pack(">hhih", 18, 0, correlation, len(client)) + client
+    started = time.perf_counter()
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    recv_exactly(sock, size)
+    return time.perf_counter() - started
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def pings(bootstrap: str, seconds: float) -> dict[str, float]:
+    """ApiVersions round trips back to back for ``seconds``: p50, p99 and max in ms."""
+    host, port = bootstrap.rsplit(":", 1)
+    times: list[float] = []
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            times.append(api_versions_round_trip(sock, len(times)))
+    times.sort()
+    return {
+        "requests": len(times),
+        "p50_ms": round(times[len(times) // 2] * 1000, 3),
+        "p99_ms": round(times[int(len(times) * 0.99)] * 1000, 3),
+        "max_ms": round(times[-1] * 1000, 3),
+    }
+
+
+def scrape_case(broker: StartedBroker, partitions: int) -> dict[str, Any]:
+    """A scrape of a broker leading ``partitions`` partitions of data, and what it does to
+    the request latency of the Kafka port meanwhile."""
+    assert broker.metrics_url is not None
+    topic = create_topic(broker.bootstrap, partitions, f"scrape-{partitions}")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for partition in range(partitions):
+        producer.produce(topic, value=b"x" * 100, partition=partition)
+    if producer.flush(60) != 0:
+        raise RuntimeError("records for the scrape case were not all acknowledged")
+    scrape(broker.metrics_url)  # warm up
+    times, size = [], 0
+    for _ in range(10):
+        elapsed, size = scrape(broker.metrics_url)
+        times.append(elapsed)
+    times.sort()
+    quiet = pings(broker.bootstrap, 3.0)
+    stop = threading.Event()
+    during_scrapes: list[float] = []
+
+    def scrape_back_to_back() -> None:
+        assert broker.metrics_url is not None
+        while not stop.is_set():
+            during_scrapes.append(scrape(broker.metrics_url)[0])
+
+    thread = threading.Thread(target=scrape_back_to_back, daemon=True)
+    thread.start()
+    busy = pings(broker.bootstrap, 3.0)
+    stop.set()
+    thread.join()
+    return {
+        "partitions": partitions,
+        "scrape_bytes": size,
+        "scrape_p50_ms": round(times[len(times) // 2] * 1000, 2),
+        "scrape_max_ms": round(times[-1] * 1000, 2),
+        "api_versions_quiet": quiet,
+        "api_versions_during_scrapes": busy,
+        "scrapes_during": len(during_scrapes),
+    }
+
+
+def run_started(
+    name: str,
+    workload: Workload,
+    root: Path,
+    keep: bool,
+    *,
+    scrape_interval: float = 5.0,
+    scrape_partitions: int = 0,
+) -> BrokerResult:
     broker = StartedBroker(name, root)
     result = BrokerResult(name, broker.bootstrap)
     print(f"{name}: {' '.join(broker.command)}", file=sys.stderr, flush=True)
     try:
         broker.wait_ready()
-        run_workload(result, workload, broker.exited)
+        scraper = (
+            Scraper(broker.metrics_url, scrape_interval) if broker.metrics_url is not None else None
+        )
+        try:
+            run_workload(result, workload, broker.exited, broker.cpu_seconds)
+        finally:
+            if scraper is not None:
+                result.process["metrics"] = scraper.stop()
+        if scrape_partitions and broker.metrics_url is not None:
+            print(f"  {name}: scrape of {scrape_partitions} partitions ...", file=sys.stderr)
+            figures = scrape_case(broker, scrape_partitions)
+            print(f"  {name}: scrape {json.dumps(figures)}", file=sys.stderr, flush=True)
+            result.process["scrape"] = figures
     except RuntimeError as exc:
         result.errors.append(str(exc))
     finally:
-        result.process = broker.sample()
+        # After the figures the run put there (scrapes), which the sample must not replace.
+        result.process = {**broker.sample(), **result.process}
         dead = broker.exited()
         if dead is not None:
             result.errors.append(f"{name}: {dead}")
@@ -682,6 +860,35 @@ def table(results: list[BrokerResult]) -> str:
     return "\n".join(lines)
 
 
+def metrics_cost(results: list[BrokerResult]) -> str:
+    """Produce throughput with metrics on relative to off (medians over the rounds), when
+    both ran."""
+
+    def median(name: str, key: str, figure: str) -> float | None:
+        values = sorted(
+            r.produce[key][figure]
+            for r in results
+            if r.name == name and r.produce.get(key, {}).get(figure)
+        )
+        return values[len(values) // 2] if values else None
+
+    lines = []
+    for size in VALUE_SIZES:
+        for acks in ACKS:
+            key = f"{size}B_acks={acks}"
+            off = median("tidelog", key, "msgs_per_s")
+            on = median("tidelog-metrics", key, "msgs_per_s")
+            if off and on:
+                line = f"  {key:<16} off {off:>10,.0f}  on {on:>10,.0f}  {on / off - 1:+6.1%}"
+                cpu_off = median("tidelog", key, "broker_cpu_s")
+                cpu_on = median("tidelog-metrics", key, "broker_cpu_s")
+                if cpu_off and cpu_on:
+                    line += f"   broker cpu {cpu_off:.2f} / {cpu_on:.2f} s  {cpu_on / cpu_off - 1:+6.1%}"
+                lines.append(line)
+    title = "metrics on vs off (produce msg/s and broker CPU, medians of the rounds):"
+    return "\n".join([title, *lines]) if lines else ""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     target = parser.add_mutually_exclusive_group(required=True)
@@ -691,9 +898,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     target.add_argument(
         "--start",
-        choices=["tidelog", "tansu"],
+        choices=["tidelog", "tidelog-metrics", "tansu"],
         action="append",
-        help="start this broker and measure it (repeatable)",
+        help="start this broker and measure it (repeatable); tidelog-metrics is tidelog "
+        "with metrics.listener on, scraped while it runs",
+    )
+    target.add_argument(
+        "--metrics-compare",
+        action="store_true",
+        help="start tidelog without, then with metrics.listener, and compare",
+    )
+    parser.add_argument(
+        "--scrape-interval", type=float, default=5.0, help="seconds between scrapes (5)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="start the brokers this many times, alternating (medians are compared)",
+    )
+    parser.add_argument(
+        "--metrics-scrape",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure a scrape of a tidelog-metrics broker leading N partitions",
     )
     parser.add_argument("--quick", action="store_true", help="small counts (under a minute)")
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic (3)")
@@ -730,11 +959,30 @@ def main(argv: list[str] | None = None) -> int:
         run_workload(result, workload, lambda: None)
         results.append(result)
     else:
-        names = ["tidelog", "tansu"] if args.compare else args.start
+        if args.compare:
+            names = ["tidelog", "tansu"]
+        elif args.metrics_compare:
+            names = ["tidelog", "tidelog-metrics"]
+        else:
+            names = args.start
         root = data_root(args.data_root)
-        for name in names:
-            results.append(run_started(name, workload, root, args.keep))
+        # Rounds alternate the brokers, so that a machine whose load drifts (other work on
+        # it) weighs on each of them alike.
+        for name in names * args.rounds:
+            results.append(
+                run_started(
+                    name,
+                    workload,
+                    root,
+                    args.keep,
+                    scrape_interval=args.scrape_interval,
+                    scrape_partitions=args.metrics_scrape,
+                )
+            )
     print(table(results))
+    cost = metrics_cost(results)
+    if cost:
+        print(cost)
     for result in results:
         for error in result.errors:
             print(f"{result.name}: error: {error}")

@@ -26,15 +26,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.utils import floatToGoString
 
 from tidelog.broker.reply import EncodedResponse
 from tidelog.protocol import ApiKey, ErrorCode
@@ -120,57 +128,53 @@ def error_codes(response: object) -> list[int]:
 # -- the metrics ------------------------------------------------------------------------
 
 
+class _Timer:
+    """A histogram kept on the event loop only: bucket counts and a sum, no lock (each
+    ``prometheus_client`` observation takes a lock and scans the buckets; per request that
+    was a measurable share of a small request's cost)."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        #: one count per bucket of REQUEST_BUCKETS, then +Inf; not cumulative
+        self.counts = [0] * (len(REQUEST_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(REQUEST_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    def copy(self) -> tuple[list[int], float]:
+        return list(self.counts), self.sum
+
+
 class _ApiStats:
-    """The children of one API's request metrics, looked up once."""
+    """The request figures of one API."""
 
-    __slots__ = ("api", "local", "remote", "requests", "total")
+    __slots__ = ("api", "local", "remote", "total")
 
-    def __init__(self, metrics: BrokerMetrics, api: str) -> None:
+    def __init__(self, api: str) -> None:
         self.api = api
-        self.requests = metrics.requests.labels(api=api)
-        self.total = metrics.total_time.labels(api=api)
-        self.local = metrics.local_time.labels(api=api)
-        self.remote = metrics.remote_time.labels(api=api)
+        self.total = _Timer()
+        self.local = _Timer()
+        self.remote = _Timer()
+
+
+#: (api, total, local, remote) copies of each :class:`_Timer` as (counts, sum)
+RequestCopy = tuple[str, tuple[list[int], float], tuple[list[int], float], tuple[list[int], float]]
 
 
 class BrokerMetrics:
-    """The counters the request path increments and the scrape-time view of the broker."""
+    """The counters the request path increments and the scrape-time view of the broker.
+
+    Request figures, bytes and records are plain numbers touched on the event loop only
+    (copied on the loop when scraped); the fsync histogram, observed from worker threads,
+    is a ``prometheus_client`` histogram.
+    """
 
     def __init__(self) -> None:
         registry = CollectorRegistry(auto_describe=False)
         self.registry = registry
-        self.requests = Counter(
-            "kafka_network_requests", "Requests answered, by API.", ["api"], registry=registry
-        )
-        self.errors = Counter(
-            "kafka_network_request_errors",
-            "Error codes other than NONE in responses, by API and Kafka error name "
-            "(a response with several failed partitions counts each).",
-            ["api", "error"],
-            registry=registry,
-        )
-        self.total_time = Histogram(
-            "kafka_network_request_total_time_seconds",
-            "From the request read off the socket to its response sent.",
-            ["api"],
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
-        )
-        self.local_time = Histogram(
-            "kafka_network_request_local_time_seconds",
-            "Time in the API handler on the event loop (validation, append, reads).",
-            ["api"],
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
-        )
-        self.remote_time = Histogram(
-            "kafka_network_request_remote_time_seconds",
-            "Time the answer waited after the handler: the fsync of an acks=all Produce, "
-            "a Fetch long poll, a rebalance; 0 for requests answered at once.",
-            ["api"],
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
-        )
         self.fsync_time = Histogram(
             "kafka_log_flush_time_seconds",
             "Duration of each fsync round of a partition log (group commit: one round "
@@ -179,8 +183,9 @@ class BrokerMetrics:
             registry=registry,
         )
         self._apis: dict[int, _ApiStats] = {}
+        #: (api name, error name) -> responses' error codes other than NONE
+        self._errors: dict[tuple[str, str], int] = {}
         #: topic -> [bytes, records] appended by Produce; topic -> bytes sent by Fetch.
-        #: Plain dicts touched on the event loop only; read at scrape time.
         self._in: dict[str, list[int]] = {}
         self._out: dict[str, int] = {}
 
@@ -197,13 +202,13 @@ class BrokerMetrics:
         error codes of its response."""
         stats = self._apis.get(api_key)
         if stats is None:
-            stats = self._apis[api_key] = _ApiStats(self, api_name(api_key))
-        stats.requests.inc()
+            stats = self._apis[api_key] = _ApiStats(api_name(api_key))
         stats.total.observe(total)
         stats.local.observe(local)
         stats.remote.observe(remote)
         for code in codes:
-            self.errors.labels(api=stats.api, error=_ERROR_NAMES.get(code, str(code))).inc()
+            key = (stats.api, _ERROR_NAMES.get(code, str(code)))
+            self._errors[key] = self._errors.get(key, 0) + 1
 
     def produced(self, topic: str, size: int, records: int) -> None:
         counts = self._in.get(topic)
@@ -221,8 +226,21 @@ class BrokerMetrics:
 
     # -- scrapes ------------------------------------------------------------------------
 
+    def gather_requests(self) -> ScrapeState:
+        """The counters of the request path, copied (on the event loop)."""
+        return ScrapeState(
+            requests=[
+                (s.api, s.total.copy(), s.local.copy(), s.remote.copy())
+                for s in self._apis.values()
+            ],
+            errors=dict(self._errors),
+            bytes_in={t: tuple(c) for t, c in self._in.items()},
+            bytes_out=dict(self._out),
+        )
+
     def gather(self, broker: Broker) -> ScrapeState:
         """What a scrape needs from state owned by the event loop; call it on the loop."""
+        state = self.gather_requests()
         image = broker.image
         partitions = sorted((p.topic, p.index, p.log, p.high_watermark) for p in broker.partitions)
         led = {(p.topic, p.index) for p in broker.partitions}
@@ -244,13 +262,10 @@ class BrokerMetrics:
                         [(t, p, o.offset) for t, p, o in snap.offsets],
                     )
                 )
-        return ScrapeState(
-            partitions=partitions,
-            missing=[tp for tp in expected if tp not in led],
-            groups=groups,
-            bytes_in={t: tuple(c) for t, c in self._in.items()},
-            bytes_out=dict(self._out),
-        )
+        state.partitions = partitions
+        state.missing = [tp for tp in expected if tp not in led]
+        state.groups = groups
+        return state
 
     def render(self, state: ScrapeState) -> bytes:
         """The text of a scrape (safe in a worker thread: logs are thread-safe, the rest is
@@ -268,13 +283,17 @@ class GroupState:
 
 @dataclass
 class ScrapeState:
+    requests: list[RequestCopy] = field(default_factory=list)
+    errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    bytes_in: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    bytes_out: dict[str, int] = field(default_factory=dict)
     #: (topic, partition, log, high watermark) of every partition this broker leads
-    partitions: list[tuple[str, int, Any, int]]
+    partitions: list[tuple[str, int, Any, int]] = field(default_factory=list)
     #: partitions the metadata says this broker leads but which have no open log
-    missing: list[tuple[str, int]]
-    groups: list[GroupState]
-    bytes_in: dict[str, tuple[int, ...]]
-    bytes_out: dict[str, int]
+    missing: list[tuple[str, int]] = field(default_factory=list)
+    groups: list[GroupState] = field(default_factory=list)
+    #: False while the broker is starting: no partition or group figures yet
+    broker: bool = True
 
 
 class _Scrape:
@@ -286,11 +305,64 @@ class _Scrape:
         self._state = state
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._registry.collect()
         yield from scrape_families(self._state)
+        yield from self._registry.collect()
+
+
+def _histogram(name: str, documentation: str) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, documentation, labels=["api"])
+
+
+def _add_timer(family: HistogramMetricFamily, api: str, timer: tuple[list[int], float]) -> None:
+    counts, total = timer
+    cumulative = list(itertools.accumulate(counts))
+    buckets = [
+        (floatToGoString(le), n)  # type: ignore[no-untyped-call]
+        for le, n in zip(REQUEST_BUCKETS, cumulative, strict=False)
+    ]
+    buckets.append(("+Inf", cumulative[-1]))
+    family.add_metric([api], buckets, total)
+
+
+def request_families(state: ScrapeState) -> Iterable[Metric]:
+    requests = CounterMetricFamily(
+        "kafka_network_requests",
+        "Requests answered (Produce with acks=0: handled), by API.",
+        labels=["api"],
+    )
+    errors = CounterMetricFamily(
+        "kafka_network_request_errors",
+        "Error codes other than NONE in responses, by API and Kafka error name "
+        "(a response with several failed partitions counts each).",
+        labels=["api", "error"],
+    )
+    total = _histogram(
+        "kafka_network_request_total_time_seconds",
+        "From the request read off the socket to its response sent.",
+    )
+    local = _histogram(
+        "kafka_network_request_local_time_seconds",
+        "Time in the API handler on the event loop (validation, append, reads).",
+    )
+    remote = _histogram(
+        "kafka_network_request_remote_time_seconds",
+        "From the handler's return to the answer being ready: the fsync of an acks=all "
+        "Produce, a Fetch long poll, a rebalance; 0 for requests answered at once.",
+    )
+    for api, total_timer, local_timer, remote_timer in sorted(state.requests):
+        requests.add_metric([api], sum(total_timer[0]))
+        _add_timer(total, api, total_timer)
+        _add_timer(local, api, local_timer)
+        _add_timer(remote, api, remote_timer)
+    for (api, error), count in sorted(state.errors.items()):
+        errors.add_metric([api, error], count)
+    yield from (requests, errors, total, local, remote)
 
 
 def scrape_families(state: ScrapeState) -> Iterable[Metric]:
+    yield from request_families(state)
+    if not state.broker:
+        return
     topic = ["topic"]
     bytes_in = CounterMetricFamily(
         "kafka_server_bytes_in", "Record batch bytes appended by Produce, by topic.", labels=topic
@@ -525,11 +597,13 @@ class MetricsServer:
 
     async def scrape(self) -> bytes:
         broker = self._broker()
-        if broker is None:
-            # Still starting: the request counters exist, the broker's state does not yet.
-            return await asyncio.to_thread(generate_latest, self.metrics.registry)
         started = time.perf_counter()
-        state = self.metrics.gather(broker)
+        if broker is None:
+            # Still starting: the counters exist, the partitions and groups not yet.
+            state = self.metrics.gather_requests()
+            state.broker = False
+        else:
+            state = self.metrics.gather(broker)
         gathered = time.perf_counter()
         text = await asyncio.to_thread(self.metrics.render, state)
         _log.debug(

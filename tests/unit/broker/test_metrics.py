@@ -49,9 +49,7 @@ def test_produce_counts_appended_bytes_and_records_per_topic(broker: Broker) -> 
     first, second = make_batch([b"a", b"b", b"c"]), make_batch([b"d"])
     produce(broker, {"orders": {0: first, 1: second}, "missing": {0: make_batch()}})
     produce(broker, {"orders": {0: make_batch([b"e", b"f"])}})
-    state = ScrapeState(partitions=[], missing=[], groups=[], bytes_in={}, bytes_out={})
-    state.bytes_in = {t: tuple(c) for t, c in metrics._in.items()}
-    sample = parse(metrics.render(state))
+    sample = parse(metrics.render(metrics.gather_requests()))
     size = len(first) + len(second) + len(make_batch([b"e", b"f"]))
     assert value(sample, "kafka_server_bytes_in_total", topic="orders") == size
     assert value(sample, "kafka_server_messages_in_total", topic="orders") == 6
@@ -127,8 +125,7 @@ def test_requests_count_times_and_error_names() -> None:
     )
     metrics.request_done(ApiKey.FIND_COORDINATOR, [15], 0.0001, 0.0001, 0.0)
     metrics.observe_fsync(0.0007)
-    state = ScrapeState(partitions=[], missing=[], groups=[], bytes_in={}, bytes_out={})
-    sample = parse(metrics.render(state))
+    sample = parse(metrics.render(metrics.gather_requests()))
     assert value(sample, "kafka_network_requests_total", api="Produce") == 2
     assert value(sample, "kafka_network_requests_total", api="FindCoordinator") == 1
     errors = "kafka_network_request_errors_total"
@@ -138,6 +135,9 @@ def test_requests_count_times_and_error_names() -> None:
     assert value(sample, f"{total}_count", api="Produce") == 2
     assert value(sample, f"{total}_sum", api="Produce") == pytest.approx(0.006)
     assert value(sample, f"{total}_bucket", api="Produce", le="0.0025") == 1
+    # Buckets hold what is at most their bound (Prometheus' le), the bound included.
+    assert value(sample, f"{total}_bucket", api="FindCoordinator", le="0.0001") == 1
+    assert value(sample, f"{total}_bucket", api="Produce", le="+Inf") == 2
     remote = "kafka_network_request_remote_time_seconds"
     assert value(sample, f"{remote}_sum", api="Produce") == pytest.approx(0.003)
     assert value(sample, "kafka_log_flush_time_seconds_count") == 1
