@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # command:debian-package pairs the interoperability tests drive.
-DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless
+DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless promtool:prometheus
 
 .PHONY: test check serve lint typecheck layers pytest unit deps venv clean
 

@@ -1,0 +1,364 @@
+"""The monitoring examples (examples/monitoring) against the real tools and a real broker.
+
+``promtool`` checks the alert rules and the scrape config; every metric name the rules and
+the Grafana dashboard query must be one a real ``tidelog serve`` exports, so the examples
+cannot drift from the broker; and a real Prometheus server (Debian's ``prometheus``
+package, which ``make deps`` installs) scrapes a real broker while confluent-kafka produces,
+loads the alert rules and answers queries over its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from interop_broker import BrokerProcess, broker_kind, free_port
+from interop_data import wait_until
+from test_broker_metrics import Metrics
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
+ALERTS = EXAMPLES / "tidelog-alerts.yml"
+SCRAPE_CONFIG = EXAMPLES / "prometheus.yml"
+DASHBOARD = EXAMPLES / "tidelog-dashboard.json"
+#: The job name the example scrape config gives the brokers, which the rules select.
+JOB = "tidelog"
+#: How long Prometheus may take to start, and to show what a scrape brought.
+PROMETHEUS_TIMEOUT_S = 60.0
+
+needs_tidelog = pytest.mark.skipif(
+    broker_kind() != "tidelog", reason="metrics.listener is a Tidelog setting"
+)
+
+
+def tool(name: str) -> str:
+    """The path of a Prometheus binary; a clear failure (never a skip) when it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not found on PATH: install Debian's prometheus package (make deps)")
+    return path
+
+
+# -- metric names out of PromQL --------------------------------------------------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_RANGES = re.compile(r"\[[^\]]*\]")
+_GROUPINGS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+# An identifier not inside a number (0.99, 1e3) or a Grafana variable; group 2 marks a call.
+_IDENTIFIERS = re.compile(r"(?<![\w.:$])([A-Za-z_:][\w:]*)(\s*\()?")
+_KEYWORDS = frozenset(
+    {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "inf", "nan"}
+)
+_LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*[A-Za-z_]\w*\s*\)\s*$", re.DOTALL)
+
+
+def metric_names(expression: str) -> set[str]:
+    """The metric names a PromQL expression selects: what is left once label matchers,
+    ranges, grouping clauses, strings, function calls, keywords and numbers are set aside."""
+    for pattern in (_STRINGS, _MATCHERS, _RANGES, _GROUPINGS):
+        expression = pattern.sub(" ", expression)
+    return {
+        match[1]
+        for match in _IDENTIFIERS.finditer(expression)
+        if not match[2] and match[1].lower() not in _KEYWORDS
+    }
+
+
+def dashboard_expressions(dashboard: dict[str, Any]) -> Iterator[str]:
+    """Every PromQL expression of the dashboard: panel targets (rows nest panels too) and the
+    series selectors of its ``label_values(...)`` variables."""
+
+    def panels(items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for item in items:
+            yield item
+            yield from panels(item.get("panels", ()))
+
+    for panel in panels(dashboard["panels"]):
+        for target in panel.get("targets", ()):
+            yield target["expr"]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            match = _LABEL_VALUES.match(variable["definition"])
+            assert match, f"variable {variable['name']}: {variable['definition']}"
+            yield match[1]
+
+
+def test_metric_names_finds_only_the_series() -> None:
+    expression = (
+        'histogram_quantile(0.99, sum by (api, le) (rate(kafka_x_bucket{api="Produce",'
+        ' instance=~"$instance"}[$__rate_interval]))) / on (api) group_left (le)'
+        " kafka_y offset 5m > bool 1e3 and up unless sum without (topic) (kafka_z)"
+    )
+    assert metric_names(expression) == {"kafka_x_bucket", "kafka_y", "up", "kafka_z"}
+
+
+# -- promtool -----------------------------------------------------------------------------------
+
+
+def test_promtool_accepts_the_alert_rules() -> None:
+    result = subprocess.run(
+        [tool("promtool"), "check", "rules", str(ALERTS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_accepts_the_scrape_config(tmp_path: Path) -> None:
+    # Run from elsewhere: the config names its rule file relative to itself.
+    result = subprocess.run(
+        [tool("promtool"), "check", "config", str(SCRAPE_CONFIG)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 rule files found" in result.stdout + result.stderr
+
+
+# -- a real Prometheus against a real broker ------------------------------------------------
+
+
+class PrometheusServer:
+    """A Prometheus server of the test's own: a temp storage dir, a free loopback port, a
+    config that scrapes one broker every second and evaluates the example alert rules."""
+
+    def __init__(self, workdir: Path, metrics_address: str) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.log_path = workdir / "prometheus.log"
+        self.config_path = workdir / "prometheus.yml"
+        config = {
+            "global": {
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "evaluation_interval": "1s",
+            },
+            "rule_files": [str(ALERTS)],
+            "scrape_configs": [
+                {"job_name": JOB, "static_configs": [{"targets": [metrics_address]}]}
+            ],
+        }
+        # JSON is YAML: no YAML writer needed.
+        self.config_path.write_text(json.dumps(config, indent=2))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [
+                    tool("prometheus"),
+                    f"--config.file={self.config_path}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        wait_until(self._ready, "Prometheus to be ready", timeout=PROMETHEUS_TIMEOUT_S)
+
+    def _ready(self) -> bool:
+        assert self._proc is not None
+        if self._proc.poll() is not None:
+            raise AssertionError(f"prometheus exited: {self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            answer = json.load(response)
+        assert answer["status"] == "success", answer
+        return answer["data"]
+
+    def scalar(self, query: str) -> float | None:
+        """The value of a query that yields at most one series (None: no series)."""
+        data = self.api("query", query=query)
+        assert data["resultType"] == "vector", data
+        if not data["result"]:
+            return None
+        [series] = data["result"]
+        return float(series["value"][1])
+
+    def rules(self) -> list[dict[str, Any]]:
+        return [rule for group in self.api("rules")["groups"] for rule in group["rules"]]
+
+
+class Monitored:
+    def __init__(self, metrics: Metrics, prometheus: PrometheusServer) -> None:
+        self.metrics = metrics
+        self.prometheus = prometheus
+
+    @property
+    def broker(self) -> BrokerProcess:
+        return self.metrics.broker
+
+
+@pytest.fixture(scope="module")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
+    metrics = Metrics(tmp_path_factory.mktemp("monitored-broker"))
+    prometheus = PrometheusServer(
+        tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{metrics.port}"
+    )
+    metrics.broker.start()
+    try:
+        prometheus.start()
+        try:
+            yield Monitored(metrics, prometheus)
+        finally:
+            prometheus.stop()
+    finally:
+        metrics.broker.stop()
+
+
+def produce(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(start, start + count):
+        producer.produce(topic, key=str(i).encode(), value=f"record-{i}".encode())
+    assert producer.flush(30) == 0
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(timeout=30)
+
+
+@needs_tidelog
+def test_prometheus_counts_the_records_produced(monitored: Monitored, topic_name: str) -> None:
+    prometheus = monitored.prometheus
+    bootstrap = monitored.broker.bootstrap
+    wait_until(
+        lambda: prometheus.scalar(f'up{{job="{JOB}"}}') == 1,
+        "Prometheus to scrape the broker",
+        timeout=PROMETHEUS_TIMEOUT_S,
+    )
+    create_topic(bootstrap, topic_name, partitions=3)
+    records_in = f'sum(kafka_server_messages_in_total{{job="{JOB}", topic="{topic_name}"}})'
+    retained = f'sum(kafka_topic_partition_current_offset{{job="{JOB}", topic="{topic_name}"}})'
+    produced = 0
+    # Produced in rounds while Prometheus scrapes: each round's total shows up in a query.
+    for batch in (120, 80, 300):
+        produce(bootstrap, topic_name, batch, start=produced)
+        produced += batch
+        wait_until(
+            lambda n=produced: prometheus.scalar(records_in) == n,
+            f"Prometheus to answer {produced} records in for {topic_name}",
+            timeout=PROMETHEUS_TIMEOUT_S,
+        )
+    assert prometheus.scalar(retained) == produced
+    assert prometheus.scalar(f'count(kafka_log_size_bytes{{topic="{topic_name}"}})') == 3
+
+
+@needs_tidelog
+def test_prometheus_evaluates_every_alert_rule_and_none_fires(monitored: Monitored) -> None:
+    prometheus = monitored.prometheus
+
+    def all_evaluated() -> bool:
+        rules = prometheus.rules()
+        return bool(rules) and all(rule["health"] == "ok" for rule in rules)
+
+    wait_until(all_evaluated, "every alert rule evaluated", timeout=PROMETHEUS_TIMEOUT_S)
+    rules = {rule["name"]: rule for rule in prometheus.rules()}
+    promtool = subprocess.run(
+        [tool("promtool"), "check", "rules", str(ALERTS)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"{len(rules)} rules found" in promtool.stdout
+    # A healthy single broker: up, one active controller, every partition online and in sync.
+    for name in (
+        "TidelogBrokerDown",
+        "TidelogNoActiveController",
+        "TidelogOfflinePartitions",
+        "TidelogUnderMinIsrPartitions",
+        "TidelogUnderReplicatedPartitions",
+    ):
+        assert rules[name]["state"] == "inactive", rules[name]
+
+
+@needs_tidelog
+def test_examples_use_only_names_the_broker_exports(monitored: Monitored, topic_name: str) -> None:
+    bootstrap = monitored.broker.bootstrap
+    # Traffic that gives every family samples: produce (and fsync), a group member that
+    # fetches records (bytes out) and commits (its first JoinGroup is answered
+    # MEMBER_ID_REQUIRED, an error sample).
+    create_topic(bootstrap, topic_name)
+    produce(bootstrap, topic_name, 50)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic_name}-group",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic_name])
+    try:
+        wait_until(
+            lambda: (message := consumer.poll(0.5)) is not None and message.error() is None,
+            "the consumer to join its group and fetch a record",
+            timeout=60,
+        )
+        consumer.commit(offsets=[TopicPartition(topic_name, 0, 50)], asynchronous=False)
+    finally:
+        consumer.close()
+
+    exported = {name for name, _labels in monitored.metrics.scrape()} | {"up"}
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    dashboard_names = set().union(*map(metric_names, dashboard_expressions(dashboard)))
+    # The rules as Prometheus itself parsed them from the example file.
+    rule_names = set().union(*(metric_names(r["query"]) for r in monitored.prometheus.rules()))
+
+    assert dashboard_names - exported == set()
+    assert rule_names - exported == set()
+    # The extraction found the figures the examples are about (it is not vacuous).
+    for name in (
+        "up",
+        "kafka_consumergroup_lag_sum",
+        "kafka_network_request_errors_total",
+        "kafka_log_flush_time_seconds_bucket",
+    ):
+        assert name in rule_names
+    for name in (
+        "kafka_network_requests_total",
+        "kafka_network_request_total_time_seconds_bucket",
+        "kafka_server_bytes_in_total",
+        "kafka_server_bytes_out_total",
+        "kafka_log_size_bytes",
+        "kafka_consumergroup_lag",
+    ):
+        assert name in dashboard_names
