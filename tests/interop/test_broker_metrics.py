@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import http.client
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,47 +11,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from interop_broker import BrokerProcess, broker_kind, free_port
+from interop_broker import BrokerProcess, broker_kind
 from interop_data import wait_until
-from prometheus_client.parser import text_string_to_metric_families
+from interop_metrics import Metrics, value
 
 pytestmark = pytest.mark.skipif(
     broker_kind() != "tidelog", reason="metrics.listener is a Tidelog setting"
 )
-
-Sample = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-class Metrics:
-    """A broker started with its metrics listener on a free port."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.broker = BrokerProcess(
-            workdir, extra_args=["--override", f"metrics.listener=http://127.0.0.1:{self.port}"]
-        )
-
-    def get(self, path: str, method: str = "GET") -> tuple[int, str]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            connection.request(method, path)
-            response = connection.getresponse()
-            return response.status, response.read().decode()
-        finally:
-            connection.close()
-
-    def scrape(self) -> Sample:
-        status, text = self.get("/metrics")
-        assert status == 200, text
-        return {
-            (sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
-
-
-def value(sample: Sample, name: str, **labels: str) -> float | None:
-    return sample.get((name, frozenset(labels.items())))
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from interop_broker import BrokerProcess, broker_kind, free_port
 from interop_data import wait_until
-from test_broker_metrics import Metrics
+from interop_metrics import Metrics
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
 ALERTS = EXAMPLES / "tidelog-alerts.yml"
