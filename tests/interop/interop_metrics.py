@@ -1,6 +1,6 @@
-"""A broker with its metrics listener, for the tests that scrape it: `Metrics` starts
-`tidelog serve` with ``metrics.listener`` on a free port, answers plain HTTP requests and parses
-``/metrics`` with Prometheus' own text parser."""
+"""Scraping a metrics listener in tests: `Metrics` starts `tidelog serve` with
+``metrics.listener`` on a free port; `http_get` and `scrape` ask any such listener (the
+broker's or the agent's) and parse ``/metrics`` with Prometheus' own text parser."""
 
 from __future__ import annotations
 
@@ -23,22 +23,32 @@ class Metrics:
         )
 
     def get(self, path: str, method: str = "GET") -> tuple[int, str]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            connection.request(method, path)
-            response = connection.getresponse()
-            return response.status, response.read().decode()
-        finally:
-            connection.close()
+        return http_get(self.port, path, method)
 
     def scrape(self) -> Sample:
-        status, text = self.get("/metrics")
-        assert status == 200, text
-        return {
-            (sample.name, frozenset(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
+        return scrape(self.port)
+
+
+def http_get(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+    """(status, body) of one plain HTTP request to 127.0.0.1:port."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def scrape(port: int) -> Sample:
+    """``/metrics`` of 127.0.0.1:port, parsed by Prometheus' own text parser."""
+    status, text = http_get(port, "/metrics")
+    assert status == 200, text
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def value(sample: Sample, name: str, **labels: str) -> float | None:

@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 
 from tidelog.agent.errors import AgentClosedError, AgentError, QueueFullError
 from tidelog.agent.event import Headers, encode_bodies, encode_body, event_timestamp
+from tidelog.agent.metrics import AgentMetricsServer
 from tidelog.agent.parking import ParkedTopic, pin
 from tidelog.agent.queue import POLICIES, DiskQueue, FsyncFn, QueueSealed, check_entry_sizes
 from tidelog.agent.sender import Sender
@@ -56,6 +57,7 @@ from tidelog.client.errors import ClientError, ConfigError
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 from tidelog.protocol import ErrorCode
 from tidelog.runtime.filelock import LockHeldError, lock_directory
+from tidelog.runtime.http_endpoints import parse_http_listener
 
 _log = logging.getLogger(__name__)
 # Longest file name (Linux): a queue directory is named <topic>-<partition>.
@@ -165,6 +167,16 @@ def _data_dir(name: str, value: Any) -> str:
     return str(os.fspath(value))
 
 
+def _metrics_listener(name: str, value: Any) -> tuple[str, int] | None:
+    # Empty: no metrics listener (the default), as for the broker's key of the same name.
+    if value is None or value == "":
+        return None
+    try:
+        return parse_http_listener(str(value), name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 # The agent's own keys; every other key is a producer key of tidelog.client.config.
 AGENT_KEYS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "data.dir": (None, _data_dir),
@@ -173,6 +185,7 @@ AGENT_KEYS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "queue.segment.bytes": (16 * 1024 * 1024, config_positive),
     "retry.backoff.max.ms": (1000, config_positive),
     "allow.auto.create.topics": (True, config_bool),
+    "metrics.listener": (None, _metrics_listener),
 }
 
 # Producer keys whose setting the agent cannot honour: refused rather than ignored.
@@ -270,6 +283,8 @@ class Agent:
         self._thread = threading.Thread(target=self._run_loop, name="tidelog-agent", daemon=True)
         self._thread.start()
         self.cluster: ClusterClient = self._call(self._make_cluster())
+        #: ``metrics.listener``'s server (None: off), on the agent's loop
+        self.metrics_server: AgentMetricsServer | None = None
         self._refresher = asyncio.run_coroutine_threadsafe(self._refresh_loop(), self.loop)
         for path in sorted((self.data_dir / "queues").iterdir()):
             topic, _, partition = path.name.rpartition("-")
@@ -280,6 +295,20 @@ class Agent:
             for path in sorted(parked_dir.iterdir()):
                 if path.is_dir() and _TOPIC.fullmatch(path.name):
                     self._open_parked(path.name)
+        if self.config["metrics.listener"] is not None:
+            self._serve_metrics(*self.config["metrics.listener"])
+
+    def _serve_metrics(self, host: str, port: int) -> None:
+        server = AgentMetricsServer(self.status, host, port)
+        try:
+            self._call(server.start(), timeout=10)
+        except OSError as exc:
+            self.close()
+            raise ConfigError(
+                f"metrics.listener: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        self.metrics_server = server
+        _log.info("agent metrics on http://%s:%d/metrics", host or "0.0.0.0", server.port)
 
     # ------------------------------------------------------------------ loop plumbing
 
@@ -787,6 +816,8 @@ class Agent:
             parked.close()
 
         async def stop() -> None:
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
             for sender in list(self._senders.values()):
                 await sender.stop()
             await self.cluster.close()

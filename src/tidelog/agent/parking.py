@@ -575,6 +575,8 @@ class ParkedTopic:
             "delivered": 0,
             "moved": self.moved,
             "batches": 0,
+            "in_flight": 0,
+            "in_doubt": 0,
             "duplicates_avoided": 0,
             "dropped": q.dropped,
             "rejected": 0,

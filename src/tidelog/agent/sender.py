@@ -652,6 +652,10 @@ class Sender:
             "appended": q.appended,
             "delivered": self.delivered,
             "batches": self.batches,
+            # Events sent and not yet answered, and those of them whose outcome is unknown
+            # (a send timed out or its connection was lost): at most one batch.
+            "in_flight": 0 if self.batch is None else self.batch.count,
+            "in_doubt": self.batch.count if self.batch is not None and self.batch.in_doubt else 0,
             "duplicates_avoided": self.duplicates_avoided,
             "dropped": q.dropped,
             "rejected": self.rejected,

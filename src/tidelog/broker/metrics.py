@@ -25,7 +25,6 @@ broker with thousands of partitions does not hold up requests while a scrape is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -46,6 +45,7 @@ from prometheus_client.utils import floatToGoString
 
 from tidelog.broker.reply import EncodedResponse
 from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.runtime.http_endpoints import Answer, EndpointServer, health, readiness_answer
 from tidelog.storage import StorageError
 
 if TYPE_CHECKING:
@@ -489,24 +489,11 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 
 # -- the HTTP listener ------------------------------------------------------------------
 
-_MAX_HEAD = 8192
-_READ_TIMEOUT_S = 10.0
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
 
-
-class MetricsServer:
-    """``/metrics``, ``/health`` and ``/ready`` over HTTP/1.1 on the broker's event loop.
+class MetricsServer(EndpointServer):
+    """``/metrics``, ``/health`` and ``/ready`` on the broker's event loop.
 
     ``ready()`` gives None when the broker serves, else the one-line reason it does not.
-    One request per connection (``Connection: close``): Prometheus scrapes every few seconds,
-    a keep-alive would save nothing worth the code.
     """
 
     def __init__(
@@ -518,82 +505,20 @@ class MetricsServer:
         broker: Callable[[], Broker | None],
         ready: Callable[[], str | None],
     ) -> None:
+        super().__init__(
+            host,
+            port,
+            {"/metrics": self._metrics, "/health": health, "/ready": self._readiness},
+        )
         self.metrics = metrics
-        self._host = host
-        self._port = port
         self._broker = broker
         self._ready = ready
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
 
-    @property
-    def port(self) -> int:
-        assert self._server is not None and self._server.sockets
-        return int(self._server.sockets[0].getsockname()[1])
+    async def _readiness(self) -> Answer:
+        return readiness_answer(self._ready())
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self._host or None, self._port, reuse_address=True
-        )
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for task in list(self._handlers):
-                task.cancel()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            status, content_type, body = await self._answer(reader)
-            head = (
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-                f"Content-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
-            ).encode()
-            writer.write(head + body)
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass
-        finally:
-            if task is not None:
-                self._handlers.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
-        except asyncio.LimitOverrunError:
-            return 400, "text/plain", b"request head too large\n"
-        if len(head) > _MAX_HEAD:
-            return 400, "text/plain", b"request head too large\n"
-        method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
-        path = rest.split(" ", 1)[0].split("?", 1)[0]
-        if path not in ("/metrics", "/health", "/ready"):
-            return 404, "text/plain", f"no such path: {path} (try /metrics)\n".encode()
-        if method != "GET":
-            return 405, "text/plain", b"only GET\n"
-        if path == "/health":
-            return 200, "text/plain", b"up\n"
-        if path == "/ready":
-            reason = self._ready()
-            if reason is None:
-                return 200, "text/plain", b"ready\n"
-            return 503, "text/plain", f"not ready: {reason}\n".encode()
-        try:
-            return 200, CONTENT_TYPE_LATEST, await self.scrape()
-        except Exception:
-            # A bug in a figure must not cost the broker anything but this scrape.
-            _log.exception("scrape of /metrics failed")
-            return 500, "text/plain", b"scrape failed; see the broker's log\n"
+    async def _metrics(self) -> Answer:
+        return 200, CONTENT_TYPE_LATEST, await self.scrape()
 
     async def scrape(self) -> bytes:
         broker = self._broker()

@@ -35,6 +35,7 @@ _COLUMNS = (
     ("APPENDED", "appended"),
     ("DELIVERED", "delivered"),
     ("MOVED", "moved"),
+    ("IN-DOUBT", "in_doubt"),
     ("DUPS-AVOIDED", "duplicates_avoided"),
     ("DROPPED", "dropped"),
     ("REJECTED", "rejected"),

@@ -39,6 +39,7 @@ from typing import NamedTuple
 from tidelog.metadata import kafka_config_names as kafka_names
 from tidelog.metadata.errors import ApiError
 from tidelog.protocol.error_codes import ErrorCode
+from tidelog.runtime.http_endpoints import parse_http_listener
 from tidelog.storage.config import CONFIG_KEYS as LOG_CONFIG_KEYS
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import ConfigError
@@ -304,18 +305,12 @@ def parse_metrics_listener(name: str, value: ConfigValue | None) -> tuple[str, i
     text = value if isinstance(value, str) else ""
     if not text:
         return None
-    scheme, sep, address = text.partition("://")
-    host, colon, port = address.rpartition(":")
-    if (
-        scheme.lower() != "http"
-        or not sep
-        or not colon
-        or not port.isdigit()
-        or int(port) > 65535
-        or "/" in address
-    ):
-        raise ConfigError(name, text, "expected http://host:port (or empty for no metrics)")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_http_listener(text, name)
+    except ValueError:
+        raise ConfigError(
+            name, text, "expected http://host:port (or empty for no metrics)"
+        ) from None
 
 
 def _check_metrics_listener(name: str, value: ConfigValue) -> None:
