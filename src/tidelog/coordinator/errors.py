@@ -1,4 +1,4 @@
-"""Errors of the group coordinator."""
+"""Errors of the group and transaction coordinators."""
 
 from __future__ import annotations
 
@@ -9,3 +9,7 @@ class CoordinatorError(Exception):
 
 class GroupRecordError(CoordinatorError, ValueError):
     """A ``__consumer_offsets`` record (or consumer protocol blob) could not be decoded."""
+
+
+class TransactionRecordError(CoordinatorError, ValueError):
+    """A ``__transaction_state`` record could not be decoded."""
