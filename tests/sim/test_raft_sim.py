@@ -46,11 +46,12 @@ def test_a_seed_replays_exactly() -> None:
 # Each deliberate bug (tidelog.testing.raft_mutants), the seed that catches it, and what the
 # checker reports. The seeds were found by running the mutant over seeds 0, 1, 2, ...
 CAUGHT = [
-    ("double-vote", 2, "has two leaders"),
-    ("vote-for-stale-log", 7, "lacks committed offsets"),
+    ("double-vote", 23, "has two leaders"),
+    ("vote-for-stale-log", 3, "lacks committed offsets"),
     ("unflushed-fetch", 1, "voters hold offset"),
     ("unflushed-vote", 0, "epoch went from 1 to 0"),
     ("snapshot-past-commit", 1, "does not end at a committed offset"),
+    ("split-operation", 1, "commits part of an operation"),
 ]
 
 

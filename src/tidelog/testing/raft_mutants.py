@@ -3,8 +3,11 @@ simulation's checker catches each broken rule."""
 
 from __future__ import annotations
 
-from tidelog.metadata.raft.messages import OffsetAndEpoch
-from tidelog.metadata.raft.node import RaftNode, Role
+from collections.abc import Sequence
+
+from tidelog.metadata.raft.messages import Entry, OffsetAndEpoch
+from tidelog.metadata.raft.node import ProposeResult, RaftNode, Role
+from tidelog.protocol.error_codes import ErrorCode
 
 
 class DoubleVoteNode(RaftNode):
@@ -49,6 +52,23 @@ class SnapshotPastCommitNode(RaftNode):
         return self._log.flushed_end_offset()
 
 
+class SplitOperationNode(RaftNode):
+    """Appends each record of an operation as an entry of its own, so that the operation
+    can commit in part."""
+
+    def propose(self, records: Sequence[bytes], now: int) -> ProposeResult:
+        if self._role is not Role.LEADER:
+            return super().propose(records, now)
+        base = self._log.end_offset()
+        self._log.append(
+            [Entry(base + i, self.epoch, (bytes(record),)) for i, record in enumerate(records)]
+        )
+        self._flush_at = now
+        return ProposeResult(
+            ErrorCode.NONE, self.epoch, self.node_id, base, base + len(records) - 1
+        )
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "double-vote": DoubleVoteNode,
     "commit-old-epoch": CommitOldEpochNode,
@@ -56,4 +76,5 @@ MUTANTS: dict[str, type[RaftNode]] = {
     "vote-for-stale-log": VoteForStaleLogNode,
     "unflushed-vote": UnflushedVoteNode,
     "snapshot-past-commit": SnapshotPastCommitNode,
+    "split-operation": SplitOperationNode,
 }

@@ -6,6 +6,10 @@ delays, drops, duplicates, partitions, crashes and client proposals. Each node h
 :class:`SimRaftLog` and a :class:`SimQuorumStateStore` that lose what was not flushed when it
 crashes. The same seed and options replay the same run exactly.
 
+Clients propose operations of 1-4 records; each is one entry (one record batch), so entries
+span several offsets, and with a small fetch size (drawn per seed) a Fetch or FetchSnapshot
+answer carries few entries or a piece of a snapshot.
+
 A run has a fault phase (crashes of one node, of the leader, of every node at once, leader
 failures back to back, partitions that isolate the leader or split the cluster, a lossy network
 that also duplicates, delays and so reorders messages) while clients propose entries, then a
@@ -20,11 +24,13 @@ After every event the checker verifies:
   exposes as committed is held to the history below, so it cannot expose anything else;
 - every entry below a leader's high watermark is held durably (flushed) by a majority of
   voters (by the Log Matching property, checked on the last committed entry);
-- an entry committed at an offset never changes: every node's entries below its high
-  watermark match one history of committed (offset -> epoch, payload), and every new leader
+- a record committed at an offset never changes: every node's records below its high
+  watermark match one history of committed (offset -> epoch, record), and every new leader
   holds the whole history;
+- an operation commits whole: a node's high watermark never falls between two records of
+  one proposal;
 - every snapshot ends at a committed offset, with the epoch committed there, and holds the
-  state of exactly the committed entries below it (a digest chained over them).
+  state of exactly the committed records below it (a digest chained over them).
 
 Nodes take snapshots at random committed offsets (and the log before them is deleted), so
 lagging and restarted nodes catch up through FetchSnapshot.
@@ -44,8 +50,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tidelog.metadata.raft.batches import decode_snapshot
 from tidelog.metadata.raft.config import RaftConfig
-from tidelog.metadata.raft.messages import Envelope
+from tidelog.metadata.raft.messages import Entry, Envelope
 from tidelog.metadata.raft.node import Effects, RaftNode, Role
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.testing.raft_mutants import MUTANTS
@@ -98,9 +105,24 @@ class SimResult:
 _DELIVER, _RESTART, _HEAL, _FAULT, _PROPOSE, _CALM, _SNAPSHOT = range(7)
 
 
-def apply_entry(state: bytes, epoch: int, payload: bytes) -> bytes:
-    """The simulated state machine: a digest chained over every entry applied."""
-    return hashlib.sha256(state + epoch.to_bytes(8, "big") + payload).digest()
+def apply_record(state: bytes, epoch: int, record: bytes) -> bytes:
+    """The simulated state machine: a digest chained over every record applied."""
+    return hashlib.sha256(state + epoch.to_bytes(8, "big") + record).digest()
+
+
+def operation_records(prefix: str, number: int, count: int) -> list[bytes]:
+    """The records of one proposed operation; each names its place in it, so that the
+    checker sees an operation committed in part."""
+    return [f"{prefix}-{number}-{i}/{count}".encode() for i in range(count)]
+
+
+def ends_operation(entry: Entry, offset: int) -> bool:
+    """Whether the record at ``offset`` of ``entry`` is the last of its operation."""
+    if entry.control:
+        return True
+    place = entry.records[offset - entry.offset].rsplit(b"-", 1)[1]
+    index, count = place.split(b"/")
+    return int(index) + 1 == int(count)
 
 
 @dataclass
@@ -112,8 +134,9 @@ class _Disk:
 class RaftSimulation:
     def __init__(self, options: SimOptions, config: RaftConfig | None = None) -> None:
         self.options = options
-        self.config = config or RaftConfig()
         self.rng = random.Random(options.seed)
+        # A small fetch size splits Fetch answers between entries and snapshots into pieces.
+        self.config = config or RaftConfig(fetch_max_bytes=self.rng.choice([150, 1000, 1 << 23]))
         self.factory: NodeFactory = (
             MUTANTS[options.mutant] if options.mutant is not None else RaftNode
         )
@@ -137,7 +160,7 @@ class RaftSimulation:
         self.max_epoch: dict[int, int] = dict.fromkeys(self.node_ids, 0)
         self.last_hw: dict[int, int] = dict.fromkeys(self.node_ids, 0)
         self.history: dict[int, tuple[int, bytes]] = {}
-        # chain[o]: the state after applying the committed entries below offset o.
+        # chain[o]: the state after applying the committed records below offset o.
         self.chain: list[bytes] = [b""]
         self.snapshots_taken = 0
         self.snapshot_checked: dict[int, object] = dict.fromkeys(self.node_ids)
@@ -341,14 +364,18 @@ class RaftSimulation:
         start, limit = log.start_offset(), node.snapshot_limit()
         if limit <= start:
             return
-        end = self.rng.randint(start + 1, limit)
-        previous = log.read_snapshot()
-        state = previous[1] if previous is not None else b""
-        for entry in log.read(start, 1 << 62):
+        entries = [e for e in log.read(start, 1 << 62) if e.end_offset <= limit]
+        if not entries:
+            return
+        end = self.rng.choice(entries).end_offset
+        previous = node.latest_snapshot()
+        state = previous[1][0] if previous is not None else b""
+        for entry in entries:
             if entry.offset >= end:
                 break
-            state = apply_entry(state, entry.epoch, entry.payload)
-        node.create_snapshot(end, state)
+            for record in entry.records:
+                state = apply_record(state, entry.epoch, record)
+        node.create_snapshot(end, [state])
         self.snapshots_taken += 1
 
     def _propose(self) -> None:
@@ -357,15 +384,14 @@ class RaftSimulation:
             return
         target = self.nodes[self.rng.choice(live)]
         assert target is not None
-        payload = self.marker if self.calm else None
-        if payload is None:
-            payload = f"entry-{self.options.seed}-{self.proposals}".encode()
-        result = target.propose([payload], self.now)
+        prefix = self.marker.decode() if self.marker is not None else f"op-{self.options.seed}"
+        records = operation_records(prefix, self.proposals, self.rng.randint(1, 4))
+        result = target.propose(records, self.now)
         if result.error is ErrorCode.NOT_LEADER_OR_FOLLOWER and result.leader_id is not None:
             # A client follows the hint to the leader it names.
             hinted = self.nodes.get(result.leader_id)
             if hinted is not None:
-                result = hinted.propose([payload], self.now)
+                result = hinted.propose(records, self.now)
         if result.error is ErrorCode.NONE:
             self.proposals += 1
 
@@ -431,36 +457,46 @@ class RaftSimulation:
                     f"leader {node_id} of epoch {node.epoch} lacks committed offsets "
                     f"{min(missing)}..{max(missing)}"
                 )
-            for offset, (epoch, payload) in self.history.items():
+            for offset, (epoch, record) in self.history.items():
                 if offset < log.start_offset():
                     continue
                 entry = log.entry(offset)
-                if (entry.epoch, entry.payload) != (epoch, payload):
+                held = (entry.epoch, entry.records[offset - entry.offset])
+                if held != (epoch, record):
                     raise InvariantViolation(
-                        f"leader {node_id} of epoch {node.epoch} holds ({entry.epoch}, "
-                        f"{entry.payload!r}) at committed offset {offset}, committed was "
-                        f"({epoch}, {payload!r})"
+                        f"leader {node_id} of epoch {node.epoch} holds {held} at committed "
+                        f"offset {offset}, committed was ({epoch}, {record!r})"
                     )
-        for offset in range(max(start, log.start_offset()), node.high_watermark):
+        hw = node.high_watermark
+        for offset in range(max(start, log.start_offset()), hw):
             entry = log.entry(offset)
-            seen = self.history.setdefault(offset, (entry.epoch, entry.payload))
+            held = (entry.epoch, entry.records[offset - entry.offset])
+            seen = self.history.setdefault(offset, held)
             if offset == len(self.chain) - 1:
-                self.chain.append(apply_entry(self.chain[-1], *seen))
-            if seen != (entry.epoch, entry.payload):
+                self.chain.append(apply_record(self.chain[-1], *seen))
+            if seen != held:
                 raise InvariantViolation(
                     f"node {node_id}: offset {offset} committed as {seen} but holds "
-                    f"({entry.epoch}, {entry.payload!r}) below its high watermark "
-                    f"{node.high_watermark}"
+                    f"{held} below its high watermark {hw}"
                 )
-            if self.marker is not None and entry.payload == self.marker:
+            if self.marker is not None and held[1].startswith(self.marker):
                 self.marker_committed_at = self.now
+        if hw > max(self.last_hw[node_id], log.start_offset()) and not ends_operation(
+            log.entry(hw - 1), hw - 1
+        ):
+            raise InvariantViolation(
+                f"node {node_id}: high watermark {hw} commits part of an operation "
+                f"({log.entry(hw - 1)})"
+            )
 
     def _check_snapshot(self, node_id: int) -> None:
         snapshot = self.disks[node_id].log.read_snapshot()
         if snapshot is None or self.snapshot_checked[node_id] is snapshot:
             return
         self.snapshot_checked[node_id] = snapshot
-        snapshot_id, state = snapshot
+        snapshot_id, payload = snapshot
+        records = decode_snapshot(payload)
+        state = records[0] if records else b""
         offset = snapshot_id.offset
         if offset >= len(self.chain) or self.history[offset - 1][0] != snapshot_id.epoch:
             raise InvariantViolation(
@@ -521,7 +557,7 @@ def _main(argv: list[str] | None = None) -> int:
         elif args.seed is not None:
             print(
                 f"ok seed {seed}: {result.events} events, {result.proposals} proposals, "
-                f"{result.committed} committed, {result.elections} epochs with a leader, "
+                f"{result.committed} committed records, {result.elections} epochs with a leader, "
                 f"{result.snapshots} snapshots, "
                 f"{result.end_ms} ms simulated"
             )
@@ -535,7 +571,7 @@ def _main(argv: list[str] | None = None) -> int:
     total = len(seeds)
     print(
         f"summary: {total} seeds, {failures} failed, {events} events, {committed} committed "
-        f"entries, {elapsed:.1f} s ({total / max(elapsed, 1e-9):.1f} seeds/s)"
+        f"records, {elapsed:.1f} s ({total / max(elapsed, 1e-9):.1f} seeds/s)"
     )
     return 1 if failures else 0
 

@@ -5,23 +5,27 @@ Snapshots and truncations are durable when they return, as an fsynced rename is.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
 from tidelog.metadata.raft.messages import Entry, OffsetAndEpoch
 from tidelog.metadata.raft.store import QuorumState
 
-# Bytes a record batch header adds to a payload, so that max_bytes limits behave roughly as
-# they would on a real log.
+# Bytes a record batch header adds to an entry's records, so that max_bytes limits behave
+# roughly as they would on a real log.
 _ENTRY_OVERHEAD = 70
 
 
 class SimRaftLog:
     """An in-memory :class:`~tidelog.metadata.raft.store.RaftLog` with a leader-epoch cache
-    and one snapshot (the latest)."""
+    and one snapshot (the latest). Entries span several offsets; every offset it is given
+    where an entry boundary is due is checked to be one."""
 
     def __init__(self) -> None:
         self._start = 0
-        self._entries: list[Entry] = []  # offsets _start, _start + 1, ...
+        self._entries: list[Entry] = []  # each starting where the one before ends
+        self._offsets: list[int] = []  # the entries' first offsets, for bisecting
+        self._end = 0
         self._flushed = 0  # an offset
         # (epoch, first offset of that epoch in the log), epochs increasing: Kafka's
         # leader-epoch cache.
@@ -32,7 +36,7 @@ class SimRaftLog:
         return self._start
 
     def end_offset(self) -> int:
-        return self._start + len(self._entries)
+        return self._end
 
     def flushed_end_offset(self) -> int:
         return self._flushed
@@ -46,16 +50,35 @@ class SimRaftLog:
     def entry_epoch(self, offset: int) -> int:
         return self.entry(offset).epoch
 
+    def entry_start(self, offset: int) -> int:
+        return self.entry(offset).offset
+
+    def _index(self, offset: int) -> int:
+        """The index of the entry holding ``offset``."""
+        assert self._start <= offset < self._end, (offset, self._start, self._end)
+        return bisect.bisect_right(self._offsets, offset) - 1
+
+    def _boundary_index(self, offset: int) -> int:
+        """The index of the entry starting at the boundary ``offset`` (len at the end)."""
+        if offset == self._end:
+            return len(self._entries)
+        index = self._index(offset)
+        assert self._offsets[index] == offset, f"offset {offset} is inside an entry"
+        return index
+
     def entry(self, offset: int) -> Entry:
-        assert offset >= self._start, (offset, self._start)
-        return self._entries[offset - self._start]
+        """The entry holding ``offset``."""
+        return self._entries[self._index(offset)]
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries)
 
     def read(self, start: int, max_bytes: int) -> Sequence[Entry]:
         assert start >= self._start, (start, self._start)
         out: list[Entry] = []
         size = 0
-        for entry in self._entries[start - self._start :]:
-            size += len(entry.payload) + _ENTRY_OVERHEAD
+        for entry in self._entries[self._boundary_index(start) :]:
+            size += entry.size + _ENTRY_OVERHEAD
             if out and size > max_bytes:
                 break
             out.append(entry)
@@ -63,31 +86,34 @@ class SimRaftLog:
 
     def append(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
-            assert entry.offset == self.end_offset(), (entry.offset, self.end_offset())
+            assert entry.offset == self._end, (entry.offset, self._end)
             assert entry.epoch >= self.last_epoch(), (entry.epoch, self.last_epoch())
             if not self._epoch_starts or entry.epoch > self._epoch_starts[-1][0]:
                 self._epoch_starts.append((entry.epoch, entry.offset))
             self._entries.append(entry)
+            self._offsets.append(entry.offset)
+            self._end = entry.end_offset
 
     def truncate_to(self, end_offset: int) -> None:
         assert end_offset >= self._start, f"truncation to {end_offset} below {self._start}"
-        del self._entries[end_offset - self._start :]
+        if end_offset >= self._end:
+            return
+        index = self._boundary_index(end_offset)
+        del self._entries[index:]
+        del self._offsets[index:]
+        self._end = end_offset
         self._flushed = min(self._flushed, end_offset)
         while self._epoch_starts and self._epoch_starts[-1][1] >= end_offset:
             self._epoch_starts.pop()
 
     def flush(self) -> None:
-        self._flushed = self.end_offset()
+        self._flushed = self._end
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         for i in range(len(self._epoch_starts) - 1, -1, -1):
             found, _ = self._epoch_starts[i]
             if found <= epoch:
-                end = (
-                    self._epoch_starts[i + 1][1]
-                    if i + 1 < len(self._epoch_starts)
-                    else self.end_offset()
-                )
+                end = self._epoch_starts[i + 1][1] if i + 1 < len(self._epoch_starts) else self._end
                 return OffsetAndEpoch(end, found)
         return OffsetAndEpoch(self._start, self._snapshot_epoch())
 
@@ -101,8 +127,10 @@ class SimRaftLog:
         offset = snapshot_id.offset
         assert self._start < offset <= self._flushed, (self._start, offset, self._flushed)
         assert self.entry_epoch(offset - 1) == snapshot_id.epoch
+        index = self._boundary_index(offset)
         self._snapshot = (snapshot_id, payload)
-        del self._entries[: offset - self._start]
+        del self._entries[:index]
+        del self._offsets[:index]
         self._start = offset
         # The epochs that ended before the snapshot leave the cache; the one it ends in now
         # starts at the log start.
@@ -111,13 +139,14 @@ class SimRaftLog:
             for i, (e, o) in enumerate(self._epoch_starts)
             if i + 1 == len(self._epoch_starts) or self._epoch_starts[i + 1][1] > offset
         ]
-        self._epoch_starts = [(e, o) for e, o in kept if o < self.end_offset()]
+        self._epoch_starts = [(e, o) for e, o in kept if o < self._end]
 
     def install_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:
         self._snapshot = (snapshot_id, payload)
         self._entries = []
+        self._offsets = []
         self._epoch_starts = []
-        self._start = self._flushed = snapshot_id.offset
+        self._start = self._end = self._flushed = snapshot_id.offset
 
     def crash(self) -> None:
         """Lose every entry that was not flushed."""

@@ -2,10 +2,12 @@
 
 Modules: ``node`` (:class:`RaftNode`, its roles and :class:`Effects`), ``messages`` (Vote,
 BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot, shaped after Kafka's schemas), ``store`` (the log
-and quorum-state interfaces a node is given) and ``config``. See "The quorum (Raft)" in
+and quorum-state interfaces a node is given), ``batches`` (entries and snapshots as Kafka
+record batches) and ``config``. See "The quorum (Raft)" in
 ``docs/metadata.md``.
 """
 
+from tidelog.metadata.raft.batches import decode_entries, encode_entries
 from tidelog.metadata.raft.config import RaftConfig
 from tidelog.metadata.raft.messages import (
     BeginQuorumEpochRequest,
@@ -29,7 +31,6 @@ from tidelog.metadata.raft.node import (
     RaftNode,
     RandomSource,
     Role,
-    leader_change_payload,
 )
 from tidelog.metadata.raft.store import QuorumState, QuorumStateStore, RaftLog
 
@@ -57,5 +58,6 @@ __all__ = [
     "Role",
     "VoteRequest",
     "VoteResponse",
-    "leader_change_payload",
+    "decode_entries",
+    "encode_entries",
 ]

@@ -16,16 +16,36 @@ from tidelog.protocol.error_codes import ErrorCode
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One entry of the replicated log: a record of the metadata log, or a control record.
+    """One entry of the replicated log: the records of one controller operation, or a control
+    record, stored as one record batch (Kafka's ``__cluster_metadata-0`` holds one batch per
+    operation, applied whole or not at all).
 
-    ``control`` entries (KRaft's LeaderChange record, written by every new leader at the start
-    of its epoch) are replicated and committed like any other, and skipped by the loader.
+    The entry spans offsets ``[offset, offset + len(records))``: every record has its own
+    offset. Raft itself reasons only about entry boundaries: the high watermark, fetch
+    offsets, truncation points, snapshot ids and epoch start offsets never fall inside an
+    entry. ``control`` entries (KRaft's LeaderChange record, written by every new leader at
+    the start of its epoch) are replicated and committed like any other, and skipped by the
+    loader.
     """
 
     offset: int
     epoch: int
-    payload: bytes
+    records: tuple[bytes, ...]
     control: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.records:
+            raise ValueError(f"an entry holds at least one record (offset {self.offset})")
+
+    @property
+    def end_offset(self) -> int:
+        """The offset after the entry's last record: where the next entry starts."""
+        return self.offset + len(self.records)
+
+    @property
+    def size(self) -> int:
+        """The bytes of its records (what fetch byte limits count)."""
+        return sum(len(record) for record in self.records)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,17 +22,20 @@ Rules that keep the log safe, each asserted where the state changes:
   leader counting its flushed end), and it moves only once an entry of the leader's own epoch
   is below it: the LeaderChange control entry every leader appends first;
 - the high watermark of a node never goes down while it runs; it is not persisted (as in
-  KRaft), so a restarted node knows none until its leader tells it.
+  KRaft), so a restarted node knows none until its leader tells it;
+- an entry is one operation's records (one record batch, one offset per record) and is
+  committed whole or not at all: the high watermark, fetch offsets, truncation points,
+  snapshot ids and epoch start offsets are entry boundaries.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tidelog.metadata.raft.batches import decode_snapshot, encode_leader_change, encode_snapshot
 from tidelog.metadata.raft.config import RaftConfig
 from tidelog.metadata.raft.messages import (
     BeginQuorumEpochRequest,
@@ -52,6 +55,7 @@ from tidelog.metadata.raft.messages import (
 )
 from tidelog.metadata.raft.store import QuorumState, QuorumStateStore, RaftLog
 from tidelog.protocol.error_codes import ErrorCode
+from tidelog.records.errors import RecordsError
 
 
 class RandomSource(Protocol):
@@ -82,20 +86,15 @@ class Effects:
 
 @dataclass(frozen=True, slots=True)
 class ProposeResult:
-    """The answer to :meth:`RaftNode.propose`: the offsets the entries will have if they
-    commit in ``epoch``, or ``NOT_LEADER_OR_FOLLOWER`` with the leader this node knows."""
+    """The answer to :meth:`RaftNode.propose`: the offsets the records will have if their
+    entry commits in ``epoch``, or ``NOT_LEADER_OR_FOLLOWER`` with the leader this node
+    knows."""
 
     error: ErrorCode
     epoch: int
     leader_id: int | None
     base_offset: int = -1
     last_offset: int = -1
-
-
-def leader_change_payload(leader_id: int, voters: Iterable[int]) -> bytes:
-    """The body of the LeaderChange control entry a new leader appends (KRaft writes the
-    leader and the voters that elected it)."""
-    return json.dumps({"leader_id": leader_id, "voters": sorted(voters)}, sort_keys=True).encode()
 
 
 class RaftNode:
@@ -210,23 +209,24 @@ class RaftNode:
             self._on_fetch_snapshot_response(envelope, message, now, effects)
         return effects
 
-    def propose(self, payloads: Sequence[bytes], now: int) -> ProposeResult:
-        """Append ``payloads`` as entries of the current epoch if this node leads.
+    def propose(self, records: Sequence[bytes], now: int) -> ProposeResult:
+        """Append the records of one operation as one entry of the current epoch if this
+        node leads: they commit together or not at all.
 
-        The entries are flushed and offered to the followers on the next :meth:`tick` (which
+        The entry is flushed and offered to the followers on the next :meth:`tick` (which
         :meth:`next_deadline` makes due at once), so that proposals made together share one
-        flush. They are committed when the high watermark passes ``last_offset``; if the leader
-        loses its epoch first, they may never be.
+        flush. It is committed when the high watermark passes ``last_offset``; if the leader
+        loses its epoch first, it may never be.
         """
+        if not records:
+            raise ValueError("a proposal holds at least one record")
         if self._role is not Role.LEADER:
             return ProposeResult(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.epoch, self.leader_id)
-        base = self._log.end_offset()
-        entries = [Entry(base + i, self.epoch, bytes(p)) for i, p in enumerate(payloads)]
-        if entries:
-            self._log.append(entries)
-            self._flush_at = now
+        entry = Entry(self._log.end_offset(), self.epoch, tuple(bytes(r) for r in records))
+        self._log.append([entry])
+        self._flush_at = now
         return ProposeResult(
-            ErrorCode.NONE, self.epoch, self.node_id, base, base + len(entries) - 1
+            ErrorCode.NONE, self.epoch, self.node_id, entry.offset, entry.end_offset - 1
         )
 
     def resign(self, now: int) -> Effects:
@@ -238,15 +238,23 @@ class RaftNode:
             self._resign(now, effects)
         return effects
 
-    def create_snapshot(self, end_offset: int, payload: bytes) -> OffsetAndEpoch:
-        """Store ``payload`` (the state after applying every entry below ``end_offset``) as a
-        snapshot and delete the log before it. Only committed entries may be summarised."""
+    def create_snapshot(
+        self, end_offset: int, records: Sequence[bytes], *, timestamp: int = -1
+    ) -> OffsetAndEpoch:
+        """Store ``records`` (the state after applying every entry below ``end_offset``) as a
+        snapshot and delete the log before it. Only committed entries may be summarised, and
+        only whole ones. ``timestamp`` is the append time of the last entry it contains."""
         if not self._log.start_offset() < end_offset <= self.snapshot_limit():
             raise ValueError(
                 f"a snapshot must end after the log start {self._log.start_offset()} and at "
                 f"or below the high watermark {self.high_watermark}, not at {end_offset}"
             )
+        if not self._is_boundary(end_offset):
+            raise ValueError(f"a snapshot must end at an entry boundary, not at {end_offset}")
         snapshot_id = OffsetAndEpoch(end_offset, self._log.entry_epoch(end_offset - 1))
+        payload = encode_snapshot(
+            snapshot_id, records, last_contained_log_timestamp=timestamp, timestamp=timestamp
+        )
         self._log.write_snapshot(snapshot_id, payload)
         return snapshot_id
 
@@ -254,18 +262,27 @@ class RaftNode:
         """The largest end offset a snapshot may have now: committed and flushed."""
         return min(self.high_watermark, self._log.flushed_end_offset())
 
-    def latest_snapshot(self) -> tuple[OffsetAndEpoch, bytes] | None:
-        """The latest snapshot and its bytes: what the loader starts from before
+    def latest_snapshot(self) -> tuple[OffsetAndEpoch, tuple[bytes, ...]] | None:
+        """The latest snapshot and its records: what the loader starts from before
         :meth:`read_committed` from its end."""
-        return self._log.read_snapshot()
+        snapshot = self._log.read_snapshot()
+        if snapshot is None:
+            return None
+        return snapshot[0], decode_snapshot(snapshot[1])
 
     def read_committed(self, start: int, max_entries: int) -> list[Entry]:
-        """Committed entries from ``start`` (below the high watermark), for the loader."""
+        """At most ``max_entries`` committed entries (below the high watermark) from the
+        entry boundary ``start``, for the loader."""
         start = max(start, self._log.start_offset())
-        end = min(self.high_watermark, self._log.end_offset(), start + max_entries)
-        if start >= end:
+        end = min(self.high_watermark, self._log.end_offset())
+        if start >= end or max_entries <= 0:
             return []
-        return [entry for entry in self._log.read(start, 1 << 62) if entry.offset < end]
+        entries: list[Entry] = []
+        for entry in self._log.read(start, 1 << 62):
+            if entry.offset >= end or len(entries) == max_entries:
+                break
+            entries.append(entry)
+        return entries
 
     # ------------------------------------------------------------------ state changes
 
@@ -315,6 +332,14 @@ class RaftNode:
 
     def _flush_quorum_state(self) -> None:
         self._store.flush()
+
+    def _is_boundary(self, offset: int) -> bool:
+        """Whether ``offset`` is where an entry starts or the log ends (every offset below
+        the log start is summarised by the snapshot, which ends on a boundary)."""
+        log = self._log
+        if offset <= log.start_offset() or offset >= log.end_offset():
+            return True
+        return log.entry_start(offset) == offset
 
     def _random_election_timeout(self) -> int:
         timeout = self.config.election_timeout_ms
@@ -430,6 +455,7 @@ class RaftNode:
         self._enter_unattached(now, backoff=self._election_backoff())
 
     def _become_leader(self, now: int, effects: Effects) -> None:
+        granted = set(self._granted)
         self._persist(self.epoch, self.node_id, self.node_id)
         self._reset_role_state()
         self._role = Role.LEADER
@@ -439,7 +465,7 @@ class RaftNode:
                 Entry(
                     self._epoch_start_offset,
                     self.epoch,
-                    leader_change_payload(self.node_id, self.voters),
+                    (encode_leader_change(self.node_id, self.voters, granted),),
                     control=True,
                 )
             ]
@@ -471,6 +497,11 @@ class RaftNode:
             f"node {self.node_id}: high watermark {self.high_watermark} -> {hw}"
         )
         if hw > self.high_watermark:
+            # One operation commits whole or not at all.
+            assert self._is_boundary(hw), (
+                f"node {self.node_id}: high watermark {hw} inside the entry from "
+                f"{self._log.entry_start(hw)}"
+            )
             self.high_watermark = hw
             effects.high_watermark = hw
 
@@ -712,6 +743,11 @@ class RaftNode:
                 ),
             )
             return
+        # The position checked out: the replica's log is a prefix of this one up to there.
+        assert self._is_boundary(request.fetch_offset), (
+            f"node {self.node_id}: replica {replica} fetches from {request.fetch_offset}, "
+            f"inside the entry from {self._log.entry_start(request.fetch_offset)}"
+        )
         if replica in self.voters:
             self._replica_end[replica] = request.fetch_offset
             self._update_leader_high_watermark(now, effects)
@@ -884,6 +920,10 @@ class RaftNode:
         if response.diverging_epoch is not None:
             local = self._log.end_offset_for_epoch(response.diverging_epoch.epoch)
             cut = min(response.diverging_epoch.offset, local.offset)
+            if not self._is_boundary(cut):
+                # The leader's boundary falls inside an entry here: an entry this log has
+                # and the leader has not, so it goes whole.
+                cut = self._log.entry_start(cut)
             assert cut >= self.high_watermark, (
                 f"node {self.node_id}: truncation to {cut} below high watermark "
                 f"{self.high_watermark}"
@@ -970,6 +1010,12 @@ class RaftNode:
         if len(received) < response.size:
             self._snapshot_download = (snapshot_id, received)
             self._send_fetch_snapshot(now, effects)
+            return
+        try:
+            decode_snapshot(received)
+        except RecordsError:
+            # Damaged on the way (every batch is CRC checked): fetch it again from the start.
+            self._next_fetch_at = now + self.config.retry_backoff_ms
             return
         # The leader sends a snapshot only when this log parts from its own before the
         # leader's log start: the snapshot replaces the whole log.

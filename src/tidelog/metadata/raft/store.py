@@ -4,10 +4,16 @@ Both are injected, so that the node never touches a file itself: production wrap
 partition log of ``__cluster_metadata-0`` and a ``quorum-state`` file; the simulation in
 ``tidelog.testing`` keeps them in memory and loses what was not flushed when a node crashes.
 
+Entries are batches: an entry spans ``[entry.offset, entry.end_offset)``, one offset per
+record, and every offset this interface takes (``read``'s start, ``truncate_to``, snapshot
+ids) is an entry boundary: the log start, the log end, or the first offset of an entry.
+
 Snapshots (KIP-630): the log starts at ``start_offset``, and the entries before it are
 summarised by the latest snapshot, whose id is ``OffsetAndEpoch(start_offset, epoch of the
-entry before it)``. What a snapshot holds is opaque here (the metadata image, written by the
-controller); the log only stores, serves and installs it.
+entry before it)``. A snapshot's bytes are record batches
+(:func:`~tidelog.metadata.raft.batches.encode_snapshot`: header, the state's records,
+footer), built by the node; the log stores them, serves them in chunks (FetchSnapshot) and
+installs them as they are.
 """
 
 from __future__ import annotations
@@ -39,19 +45,27 @@ class RaftLog(Protocol):
         ...
 
     def entry_epoch(self, offset: int) -> int:
-        """The epoch of the entry at ``offset`` (``start_offset <= offset < end_offset``)."""
+        """The epoch of the entry holding ``offset`` (``start_offset <= offset < end_offset``)."""
+        ...
+
+    def entry_start(self, offset: int) -> int:
+        """The first offset of the entry holding ``offset`` (``start_offset <= offset <
+        end_offset``): ``offset`` itself when it is an entry boundary."""
         ...
 
     def read(self, start: int, max_bytes: int) -> Sequence[Entry]:
-        """Entries from ``start``: at least one if there is one, then while within
-        ``max_bytes`` of payload."""
+        """Whole entries from the boundary ``start``: at least one if there is one, then
+        while within ``max_bytes`` of records."""
         ...
 
     def append(self, entries: Sequence[Entry]) -> None:
-        """Append entries whose offsets continue the log and whose epochs never go down."""
+        """Append entries each starting where the one before ends (the first at the log end)
+        and whose epochs never go down."""
         ...
 
-    def truncate_to(self, end_offset: int) -> None: ...
+    def truncate_to(self, end_offset: int) -> None:
+        """Drop every entry at or after the boundary ``end_offset``."""
+        ...
 
     def flush(self) -> None: ...
 
@@ -64,13 +78,13 @@ class RaftLog(Protocol):
     def latest_snapshot_id(self) -> OffsetAndEpoch | None: ...
 
     def read_snapshot(self) -> tuple[OffsetAndEpoch, bytes] | None:
-        """The latest snapshot and its bytes."""
+        """The latest snapshot and its bytes (record batches)."""
         ...
 
     def write_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:
-        """Store a snapshot of the entries below ``snapshot_id.offset`` (durable on return,
-        as a file written, fsynced and renamed is) and delete the log before it: the log
-        then starts at ``snapshot_id.offset``."""
+        """Store a snapshot of the entries below the boundary ``snapshot_id.offset``
+        (durable on return, as a file written, fsynced and renamed is) and delete the log
+        before it: the log then starts at ``snapshot_id.offset``."""
         ...
 
     def install_snapshot(self, snapshot_id: OffsetAndEpoch, payload: bytes) -> None:

@@ -119,8 +119,10 @@ def test_a_single_voter_leads_at_once_and_commits_after_its_flush() -> None:
     effects = cluster.tick(1)
     assert effects.high_watermark == 3
     committed = node.read_committed(0, 10)
-    assert [e.control for e in committed] == [True, False, False]
-    assert [e.payload for e in committed[1:]] == [b"a", b"b"]
+    # One proposal is one entry: its records commit together.
+    assert [e.control for e in committed] == [True, False]
+    assert committed[1].records == (b"a", b"b")
+    assert (committed[1].offset, committed[1].end_offset) == (1, 3)
 
 
 def test_three_voters_elect_one_leader_through_pre_vote_and_vote() -> None:
@@ -183,7 +185,7 @@ def test_a_vote_is_flushed_before_it_is_granted_and_given_once_per_epoch() -> No
 
 def test_a_vote_is_refused_to_a_candidate_whose_log_is_behind() -> None:
     cluster = Cluster([1, 2, 3])
-    cluster.logs[3].append([Entry(0, 1, b"x"), Entry(1, 1, b"y")])
+    cluster.logs[3].append([Entry(0, 1, (b"x",)), Entry(1, 1, (b"y",))])
     cluster.logs[3].flush()
     voter = cluster.nodes[3]
     behind = VoteRequest(2, 1, 3, last_offset_epoch=1, last_offset=1, pre_vote=False)
@@ -197,7 +199,7 @@ def test_a_vote_is_refused_to_a_candidate_whose_log_is_behind() -> None:
 def test_the_leader_commits_only_what_a_majority_flushed_and_only_from_its_epoch() -> None:
     cluster = Cluster([1, 2, 3])
     # Node 1 holds an entry of epoch 1 that nobody else has; it then leads epoch 2.
-    cluster.logs[1].append([Entry(0, 1, b"old")])
+    cluster.logs[1].append([Entry(0, 1, (b"old",))])
     cluster.logs[1].flush()
     cluster.stores[1].write(QuorumState(1, 1, None))
     cluster.stores[1].flush()
@@ -212,7 +214,7 @@ def test_the_leader_commits_only_what_a_majority_flushed_and_only_from_its_epoch
     # An entry of the old epoch alone never moves the high watermark: a fresh leader whose
     # LeaderChange entry is not yet on a majority has nothing committed.
     fresh = Cluster([1, 2, 3])
-    fresh.logs[1].append([Entry(0, 1, b"old")])
+    fresh.logs[1].append([Entry(0, 1, (b"old",))])
     fresh.logs[1].flush()
     fresh.restart(1)
     fresh.down = {2, 3}
@@ -233,7 +235,7 @@ def test_a_follower_with_a_diverging_log_truncates_where_the_leader_says() -> No
     cluster.tick(1)
     cluster.deliver()
     # Node 3 is given a stray entry of an epoch that never had a leader on this log.
-    stray = Entry(cluster.logs[3].end_offset(), 5, b"stray")
+    stray = Entry(cluster.logs[3].end_offset(), 5, (b"stray",))
     cluster.logs[3].append([stray])
     cluster.logs[3].flush()
     node3 = cluster.restart(3)
@@ -290,7 +292,7 @@ def test_a_response_to_another_request_is_ignored() -> None:
     cluster.elect(1)
     follower = cluster.nodes[2]
     end = cluster.logs[2].end_offset()
-    stale = FetchResponse(ErrorCode.NONE, 1, 1, 0, 0, records=(Entry(end, 1, b"from-nowhere"),))
+    stale = FetchResponse(ErrorCode.NONE, 1, 1, 0, 0, records=(Entry(end, 1, (b"from-nowhere",)),))
     follower.step(Envelope(1, 2, 123456789, stale), cluster.now)
     assert cluster.logs[2].end_offset() == end
 
@@ -306,7 +308,7 @@ def test_an_observer_finds_the_leader_and_replicates_without_voting() -> None:
     cluster.nodes[1].propose([b"seen"], cluster.now)
     cluster.tick(1)
     cluster.deliver()
-    assert [e.payload for e in observer.read_committed(1, 10)] == [b"seen"]
+    assert [r for e in observer.read_committed(1, 10) for r in e.records] == [b"seen"]
     vote = observer.step(Envelope(2, 9, 1, VoteRequest(2, 2, 9, 1, 9, pre_vote=False)), 0)
     assert isinstance(vote.messages[0].message, VoteResponse)
     assert vote.messages[0].message.error is ErrorCode.INCONSISTENT_VOTER_SET
@@ -341,7 +343,7 @@ def test_a_graceful_resignation_hands_over_to_the_most_caught_up_voter_at_once()
     assert cluster.now == resigned_at
     assert cluster.nodes[2].role is Role.LEADER and cluster.nodes[2].epoch == 2
     assert cluster.nodes[3].leader_id == 2
-    assert [e.payload for e in cluster.nodes[2].read_committed(1, 2)] == [b"a", b"b"]
+    assert [r for e in cluster.nodes[2].read_committed(1, 2) for r in e.records] == [b"a", b"b"]
 
 
 def test_a_follower_behind_the_leaders_snapshot_fetches_it_in_chunks_then_the_log() -> None:
@@ -355,9 +357,9 @@ def test_a_follower_behind_the_leaders_snapshot_fetches_it_in_chunks_then_the_lo
         cluster.deliver()
     assert leader.high_watermark == 4 and cluster.logs[3].end_offset() == 1
     with pytest.raises(ValueError, match="high watermark"):
-        leader.create_snapshot(5, b"too far")
-    state = bytes(range(40))  # three chunks of at most 16 bytes
-    assert leader.create_snapshot(3, state) == OffsetAndEpoch(3, 1)
+        leader.create_snapshot(5, [b"too far"])
+    state = bytes(range(40))  # the snapshot's batches go in chunks of at most 16 bytes
+    assert leader.create_snapshot(3, [state]) == OffsetAndEpoch(3, 1)
     assert cluster.logs[1].start_offset() == 3
     leader.propose([b"d"], cluster.now)
     cluster.tick(1)
@@ -365,11 +367,11 @@ def test_a_follower_behind_the_leaders_snapshot_fetches_it_in_chunks_then_the_lo
     # Node 3's last Fetch was lost; it sends another when that one times out.
     cluster.tick(3, cluster.nodes[3].next_deadline())
     cluster.deliver()
-    assert cluster.logs[3].read_snapshot() == (OffsetAndEpoch(3, 1), state)
-    assert cluster.nodes[3].latest_snapshot() == (OffsetAndEpoch(3, 1), state)
-    assert [e.payload for e in cluster.logs[3].read(3, 1 << 20)] == [b"c", b"d"]
+    assert cluster.logs[3].read_snapshot() == cluster.logs[1].read_snapshot()
+    assert cluster.nodes[3].latest_snapshot() == (OffsetAndEpoch(3, 1), (state,))
+    assert [r for e in cluster.logs[3].read(3, 1 << 20) for r in e.records] == [b"c", b"d"]
     assert cluster.nodes[3].high_watermark == 5
-    assert [e.payload for e in cluster.nodes[3].read_committed(0, 10)] == [b"c", b"d"]
+    assert [r for e in cluster.nodes[3].read_committed(0, 10) for r in e.records] == [b"c", b"d"]
 
 
 @pytest.mark.parametrize("node_class", [RaftNode, CommitOldEpochNode])
@@ -386,7 +388,7 @@ def test_an_entry_of_an_older_epoch_is_not_committed_by_counting_replicas(
     3 and 4 and replaces x by y.
     """
     cluster = Cluster(range(1, 6), config=RaftConfig(fetch_max_bytes=1), node_class=node_class)
-    a, x, y = Entry(0, 1, b"a"), Entry(1, 2, b"x"), Entry(1, 3, b"y")
+    a, x, y = Entry(0, 1, (b"a",)), Entry(1, 2, (b"x",)), Entry(1, 3, (b"y",))
     for node_id, entries in {1: [a, x], 2: [a, x], 3: [a], 4: [a], 5: [a, y]}.items():
         cluster.logs[node_id].append(entries)
         cluster.logs[node_id].flush()
@@ -431,3 +433,35 @@ def test_an_entry_of_an_older_epoch_is_not_committed_by_counting_replicas(
     assert cluster.logs[3].entry(1) == y  # x was replaced on node 3
     # Only the mutant had reported x committed: a committed entry was lost.
     assert (x in committed_by_leader) == (node_class is CommitOldEpochNode)
+
+
+def test_a_proposal_is_one_entry_and_snapshots_end_only_between_entries() -> None:
+    cluster = Cluster([1])
+    cluster.elect(1)
+    node = cluster.nodes[1]
+    with pytest.raises(ValueError, match="at least one record"):
+        node.propose([], cluster.now)
+    result = node.propose([b"a", b"b", b"c"], cluster.now)
+    cluster.tick(1)
+    assert (result.base_offset, result.last_offset, node.high_watermark) == (1, 3, 4)
+    assert cluster.logs[1].entry(2) == Entry(1, 1, (b"a", b"b", b"c"))
+    with pytest.raises(ValueError, match="entry boundary"):
+        node.create_snapshot(2, [b"half an operation"])
+    assert node.create_snapshot(4, [b"state"]) == OffsetAndEpoch(4, 1)
+
+
+def test_a_diverging_epoch_inside_an_entry_truncates_the_whole_entry() -> None:
+    cluster = Cluster([1, 2, 3])
+    log = cluster.logs[2]
+    log.append([Entry(0, 1, (b"a",)), Entry(1, 2, (b"x", b"y", b"z"))])
+    log.flush()
+    cluster.stores[2].write(QuorumState(3, None, 1))
+    cluster.stores[2].flush()
+    follower = cluster.restart(2)
+    (fetch,) = follower.tick(cluster.now).messages
+    assert isinstance(fetch.message, FetchRequest)
+    assert (fetch.message.fetch_offset, fetch.message.last_fetched_epoch) == (4, 2)
+    # The leader's epoch 2 ended at offset 2, inside this log's entry [1, 4).
+    answer = FetchResponse(ErrorCode.NONE, 1, 3, 0, 0, diverging_epoch=OffsetAndEpoch(2, 2))
+    follower.step(Envelope(1, 2, fetch.correlation_id, answer), cluster.now)
+    assert log.entries() == [Entry(0, 1, (b"a",))]
