@@ -30,6 +30,7 @@ from tidelog.broker.broker import Broker
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.metrics import BrokerMetrics, MetricsServer
+from tidelog.broker.request_log import SlowRequestLog
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
 from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
@@ -155,6 +156,8 @@ class BrokerApp:
         )
         self.broker = broker
         broker.metrics = self.metrics
+        slow_ms = config.get_int("slow.request.threshold.ms")
+        broker.slow_request_log = SlowRequestLog(slow_ms) if slow_ms >= 0 else None
         broker.apply_metadata(controller.image, None)
 
         def on_change(image: MetadataImage, delta: MetadataDelta) -> None:

@@ -39,6 +39,7 @@ from tidelog.storage import LogConfig
 if TYPE_CHECKING:
     from tidelog.broker.groups import GroupDriver
     from tidelog.broker.metrics import BrokerMetrics
+    from tidelog.broker.request_log import SlowRequestLog
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class Broker:
         self.groups: GroupDriver | None = None
         #: the counters of ``metrics.listener``, set by the app (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
+        #: ``slow.request.threshold.ms``'s log, set by the app (None: off)
+        self.slow_request_log: SlowRequestLog | None = None
 
     # -- metadata ------------------------------------------------------------------------
 

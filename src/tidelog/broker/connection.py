@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -31,6 +32,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.metrics import error_codes as response_error_codes
 from tidelog.broker.reply import NO_RESPONSE, Deferred, EncodedResponse, Handler, size_prefix
 from tidelog.protocol import (
     ApiKey,
@@ -242,6 +244,7 @@ class Connection:
 
     async def _write_loop(self) -> None:
         metrics = self._broker.metrics
+        slow_log = self._broker.slow_request_log
         while True:
             header, reply, taken, handled = await self._queue.get()
             if header is None and reply is None:
@@ -254,6 +257,10 @@ class Connection:
                 if metrics is not None and header is not None:
                     metrics.request_done(
                         header.api_key, (), ready - taken, handled - taken, ready - handled
+                    )
+                if slow_log is not None and header is not None:
+                    slow_log.observe(
+                        header, self.peer, tuple, ready - taken, handled - taken, ready - handled
                     )
                 continue
             error_codes = metrics.error_codes_of(reply) if metrics is not None else ()
@@ -268,11 +275,22 @@ class Connection:
             else:
                 assert header is not None
                 await self._loop.sock_sendall(self._sock, encode_response(header, reply))
-            if metrics is not None and header is not None:
+            if header is None:
+                continue
+            sent = time.perf_counter()
+            if metrics is not None:
                 metrics.request_done(
-                    header.api_key,
-                    error_codes,
-                    time.perf_counter() - taken,
+                    header.api_key, error_codes, sent - taken, handled - taken, ready - handled
+                )
+            if slow_log is not None:
+                slow_log.observe(
+                    header,
+                    self.peer,
+                    # Walked only for a slow request, unless the metrics already did.
+                    functools.partial(list, error_codes)
+                    if metrics is not None
+                    else functools.partial(response_error_codes, reply),
+                    sent - taken,
                     handled - taken,
                     ready - handled,
                 )

@@ -44,7 +44,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from tidelog.broker.reply import EncodedResponse
-from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.protocol import ApiKey
+from tidelog.protocol.error_codes import error_name
 from tidelog.runtime.http_endpoints import Answer, EndpointServer, health, readiness_answer
 from tidelog.storage import StorageError
 
@@ -64,8 +65,6 @@ FSYNC_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
-
-_ERROR_NAMES = {int(code): code.name for code in ErrorCode}
 
 # A ``*_created`` series per labelled child doubles the scrape for a figure nobody alerts on;
 # Prometheus infers counter resets without it. (Process-wide: this module is the broker's.)
@@ -207,7 +206,7 @@ class BrokerMetrics:
         stats.local.observe(local)
         stats.remote.observe(remote)
         for code in codes:
-            key = (stats.api, _ERROR_NAMES.get(code, str(code)))
+            key = (stats.api, error_name(code))
             self._errors[key] = self._errors.get(key, 0) + 1
 
     def produced(self, topic: str, size: int, records: int) -> None:

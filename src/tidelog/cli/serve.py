@@ -9,6 +9,7 @@ from typing import Any
 
 from tidelog.metadata.configs import BrokerConfig
 from tidelog.metadata.errors import ConfigError
+from tidelog.runtime.logs import configure_logging, set_log_format
 
 
 def add_parser(commands: Any) -> None:
@@ -50,16 +51,13 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level)
     try:
         config = BrokerConfig.load(args.config, args.override, _flags(args))
     except (ConfigError, OSError) as exc:
         print(f"tidelog serve: {exc}", file=sys.stderr)
         return 2
+    set_log_format(config.get_str("log.format") or "text")
     for warning in config.warnings:
         logging.getLogger("tidelog.serve").warning("%s", warning)
     from tidelog.broker.app import StartupError, StopError, run_broker

@@ -40,6 +40,7 @@ from tidelog.metadata import kafka_config_names as kafka_names
 from tidelog.metadata.errors import ApiError
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.runtime.http_endpoints import parse_http_listener
+from tidelog.runtime.logs import LOG_FORMATS
 from tidelog.storage.config import CONFIG_KEYS as LOG_CONFIG_KEYS
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import ConfigError
@@ -494,6 +495,24 @@ def _broker_defs() -> list[ConfigDef]:
             "(/metrics, /health, /ready); empty: off. An empty host means every interface. "
             "Not a Kafka key: Kafka exposes JMX instead.",
             _check_metrics_listener,
+        ),
+        d(
+            "log.format",
+            _S,
+            "text",
+            "How the broker writes its own log on stderr: text (one line per record) or json "
+            "(one JSON object per line, extra fields such as a slow request's API and times "
+            "as fields). Not a Kafka key: Kafka's log4j configuration does this.",
+            one_of(*LOG_FORMATS),
+        ),
+        d(
+            "slow.request.threshold.ms",
+            _I,
+            1000,
+            "Requests that take longer are logged (logger tidelog.request, WARNING) with "
+            "their API, client id and time split; -1: off. A Fetch long poll's and a "
+            "rebalance's wait are not counted. Not a Kafka key.",
+            at_least(-1),
         ),
         d(
             "num.network.threads",

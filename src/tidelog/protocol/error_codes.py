@@ -340,3 +340,10 @@ class ErrorCode(enum.IntEnum):
 
 
 _BY_VALUE: dict[int, ErrorCode] = {int(code): code for code in ErrorCode}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of a wire error code (``NOT_LEADER_OR_FOLLOWER``); the number as text for
+    a code this table does not know, so that logs and metrics never name it wrongly."""
+    member = _BY_VALUE.get(code)
+    return str(code) if member is None else member.name
