@@ -11,7 +11,10 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
 * ``node_id``, ``cluster_id``; ``endpoint(listener)`` — the address clients are given for
   this node on a listener (``advertised_host``/``advertised_port`` are the first one's);
 * ``advertised_versions`` — the version table ApiVersions answers with;
-* ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`).
+* ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`);
+* ``transaction_verifier`` — asked before a transactional batch starts a transaction on a
+  partition (:class:`~tidelog.broker.produce_validation.TransactionVerifier`); the
+  transaction coordinator replaces the default, which refuses them all.
 
 Every metadata change reaches :meth:`Broker.apply_metadata` on the event loop thread, in
 the order the changes were committed, *before* the handler that caused it resumes: the
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog.broker.partitions import Partition, Partitions
+from tidelog.broker.produce_validation import RefuseTransactions, TransactionVerifier
 from tidelog.metadata.configs import BrokerConfig, topic_log_config
 from tidelog.metadata.controller import Controller
 from tidelog.metadata.image import MetadataDelta, MetadataImage
@@ -84,6 +88,8 @@ class Broker:
         self.groups: GroupDriver | None = None
         #: the counters of ``metrics.listener``, set by the app (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
+        #: KIP-890 verification of transactional produce (the transaction coordinator's)
+        self.transaction_verifier: TransactionVerifier = RefuseTransactions()
         #: ``slow.request.threshold.ms``'s log, set by the app (None: off)
         self.slow_request_log: SlowRequestLog | None = None
 

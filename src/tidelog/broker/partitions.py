@@ -21,6 +21,15 @@ are recorded) and by :meth:`Partition.close` on a clean shutdown. The state foll
 log: when the log end offset moved without this class (truncation, replication), the
 next call catches up or rebuilds from the snapshots.
 
+Transactions. The producer state tracks each producer's ongoing transaction;
+:meth:`Partition.append_txn_marker` (WriteTxnMarkers, the transaction coordinator) appends a
+COMMIT or ABORT control batch that ends it, and indexes an aborted one in the segment's
+``.txnindex``. :attr:`Partition.last_stable_offset` (LSO) is the smallest first offset of
+an ongoing transaction, capped by the high watermark; a transaction whose marker is not
+yet below the high watermark still holds it back (Kafka's rule, for replication: until
+then a read_committed consumer could not tell whether to drop it). Retention never deletes
+a segment at or above the LSO, so an open transaction's batches stay.
+
 Loading, catching up and rebuilding happen at a broker time: the caller's ``now_ms`` when
 it has one, else the log's clock (the broker's clock, injected into the log manager).
 Producers re-read from the log count as updated then, so a restart (or a rebuild) never
@@ -31,18 +40,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tidelog.metadata.errors import ApiError
+from tidelog.protocol import ErrorCode
 from tidelog.records import BatchHeader, iter_batches
+from tidelog.records.control import build_end_txn_marker_batch
 from tidelog.storage import AppendInfo, Log, LogConfig, LogManager
 from tidelog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
+    InvalidProducerEpochError,
     ProducerEntry,
     ProducerStateManager,
+    TransactionCoordinatorFencedError,
 )
 
 _log = logging.getLogger(__name__)
@@ -55,6 +71,18 @@ def kafka_uuid_string(value: uuid.UUID) -> str:
     """A UUID as Kafka prints topic ids (URL-safe base64, no padding), e.g. in
     ``partition.metadata``."""
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+class PartitionError(Exception):
+    """A partition operation refused with a Kafka error code (``code``)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def api_error(self) -> ApiError:
+        return ApiError(self.code, str(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +118,44 @@ class Partition:
             self._snapshot(None)
         self._active_base = log.active_segment.base_offset
         self._next_expiry_check_ms = -1
+        #: (first offset, marker offset) of transactions completed with a marker not yet
+        #: below the high watermark, oldest first: they still hold the LSO back.
+        self._unreplicated: deque[tuple[int, int]] = deque()
+        log.retention_limit = self._retention_limit
 
     @property
     def high_watermark(self) -> int:
         return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction has ended (and its marker is below the
+        high watermark): read_committed consumers read up to here."""
+        producers = self.producers
+        if producers.end_offset != self.log.log_end_offset:
+            self._follow_log(self.log.clock())
+        high_watermark = self.high_watermark
+        lso = high_watermark
+        first = producers.first_unstable_offset
+        if first is not None and first < lso:
+            lso = first
+        pending = self._unreplicated
+        while pending and pending[0][1] < high_watermark:
+            pending.popleft()
+        for first_offset, _ in pending:
+            lso = min(lso, first_offset)
+        return lso
+
+    def _retention_limit(self) -> int:
+        # Called by retention, possibly off the event loop: reads attributes only.
+        first = self.producers.first_unstable_offset
+        pending = self._unreplicated
+        limits = [self.log.high_watermark]
+        if first is not None:
+            limits.append(first)
+        with contextlib.suppress(IndexError):  # emptied by the event loop meanwhile
+            limits.append(pending[0][0])
+        return min(limits)
 
     @property
     def log_start_offset(self) -> int:
@@ -122,13 +184,8 @@ class Partition:
         if headers is None:
             headers = [header for _, header in iter_batches(batches, verify_crc=False)]
         info = self.log.append(batches, leader_epoch=self.leader_epoch, keys_checked=keys_checked)
-        active_base = self.log.active_segment.base_offset
+        self._snapshot_if_rolled(info)
         producers = self.producers
-        if active_base != self._active_base:
-            self._active_base = active_base
-            if active_base == info.first_offset and producers.end_offset == active_base:
-                # The append rolled: snapshot the state of everything below the new segment.
-                self._snapshot(active_base)
         offset = info.first_offset
         append_time = info.log_append_time
         for header in headers:
@@ -143,11 +200,88 @@ class Partition:
                     last,
                     append_time if append_time >= 0 else header.max_timestamp,
                     now_ms,
+                    transactional=header.is_transactional,
                 )
             offset = last + 1
         producers.end_offset = max(producers.end_offset, info.last_offset + 1)
         self._wake()
         return info
+
+    def _snapshot_if_rolled(self, info: AppendInfo) -> None:
+        active_base = self.log.active_segment.base_offset
+        if active_base != self._active_base:
+            self._active_base = active_base
+            if active_base == info.first_offset and self.producers.end_offset == active_base:
+                # The append rolled: snapshot the state of everything below the new segment.
+                self._snapshot(active_base)
+
+    # -- transactions ------------------------------------------------------------------
+
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> int:
+        """Append a COMMIT (``commit``) or ABORT marker for ``producer_id`` and end its
+        ongoing transaction here; returns the marker's offset.
+
+        Raises :class:`PartitionError` with INVALID_PRODUCER_EPOCH for an epoch older than
+        the producer's, TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than
+        the last one seen for it. A producer without an ongoing transaction here still
+        gets its marker (Kafka writes it; it then ends nothing and indexes nothing).
+        Storage errors propagate (:class:`~tidelog.storage.StorageError`, ``OSError``).
+        """
+        self._follow_log(now_ms)
+        producers = self.producers
+        try:
+            producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        except InvalidProducerEpochError as exc:
+            raise PartitionError(ErrorCode.INVALID_PRODUCER_EPOCH, str(exc)) from exc
+        except TransactionCoordinatorFencedError as exc:
+            raise PartitionError(ErrorCode.TRANSACTION_COORDINATOR_FENCED, str(exc)) from exc
+        batch = build_end_txn_marker_batch(
+            commit=commit,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=now_ms,
+        )
+        info = self.log.append(bytearray(batch), leader_epoch=self.leader_epoch)
+        self._snapshot_if_rolled(info)
+        offset = info.first_offset
+        completed = producers.complete_txn(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            offset,
+            commit=commit,
+            timestamp=info.log_append_time if info.log_append_time >= 0 else now_ms,
+            now_ms=now_ms,
+        )
+        if completed is not None:
+            if completed.aborted:
+                self.log.append_aborted_txn(producers.aborted_entry(completed))
+            if offset >= self.high_watermark:
+                self._unreplicated.append((completed.first_offset, offset))
+        self._wake()
+        return offset
+
+    def has_ongoing_txn(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer, at this epoch, has a transaction ongoing here (a produce
+        that continues it needs no verification with the coordinator)."""
+        self._follow_log(self.log.clock())
+        return self.producers.has_ongoing_txn(producer_id, producer_epoch)
+
+    def aborted_transactions(self, first_offset: int, max_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read_committed fetch
+        returning the batches from ``first_offset`` up to ``max_offset`` must report."""
+        return [
+            (entry.producer_id, entry.first_offset)
+            for entry in self.log.aborted_transactions(first_offset, max_offset)
+        ]
 
     # -- idempotent producers ----------------------------------------------------------
 
@@ -160,7 +294,11 @@ class Partition:
         self._follow_log(now_ms)
         self.maybe_expire_producers(now_ms)
         return self.producers.check(
-            header.producer_id, header.producer_epoch, header.base_sequence, header.last_sequence
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            transactional=header.is_transactional,
         )
 
     def set_producer_id_expiration_ms(self, expiration_ms: int) -> None:
@@ -221,7 +359,9 @@ class Partition:
     def _snapshot(self, offset: int | None) -> None:
         # A snapshot only shortens the next load; failing to write one loses nothing (the
         # state is rebuilt from the log), and must not fail an append that already happened.
+        # The txn indexes go first: replay after the snapshot no longer re-adds their entries.
         try:
+            self.log.flush_txn_indexes()
             self.producers.take_snapshot(offset)
         except OSError as exc:
             _log.warning(

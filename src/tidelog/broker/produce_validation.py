@@ -13,8 +13,8 @@ checks of ``UnifiedLog.analyzeAndValidateRecords``, ``LogValidator.validateBatch
    Kafka silently drops a trailing partial batch, Tidelog refuses it);
 7. ``last_offset_delta + 1 != record_count`` or no records, a control batch, a producer id
    with a negative base sequence: INVALID_RECORD;
-8. a transactional batch: INVALID_TXN_STATE until the transaction coordinator exists (the
-   code Kafka's KIP-890 verification gives a partition not added to an ongoing transaction);
+8. (a transactional batch is checked later, against the partition's transaction state
+   and the :class:`TransactionVerifier`, see below);
 9. a batch marked LogAppendTime by the producer: INVALID_TIMESTAMP;
 10. records that do not parse (lengths, count, offset deltas, headers — what a consumer
     would choke on): CORRUPT_MESSAGE; compacted topics: a record without a key:
@@ -43,11 +43,22 @@ bound (a topic whose window is narrower than that pays it on every batch).
 
 Kafka does not require a producer batch's base offset to be 0 (it overwrites it), and
 neither does this module.
+
+Transactional batches (KIP-890 part 1, the server-side defence). A transactional batch that
+would start a transaction on a partition (its producer has none ongoing there at that
+epoch) is first put to the broker's :class:`TransactionVerifier`, which the transaction
+coordinator provides: a partition not added to the producer's ongoing transaction is
+refused with the code it answers (INVALID_TXN_STATE), so a late request of a transaction
+that already ended cannot start one. The partition's producer state then refuses an old
+epoch, a sequence that does not follow, and a first transactional batch not at sequence
+0 from a producer it has no state for. Until a coordinator is plugged in,
+:class:`RefuseTransactions` refuses every such batch with INVALID_TXN_STATE.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tidelog.protocol import ErrorCode
 from tidelog.records import BatchHeader, RecordsError, check_records, iter_records
@@ -66,6 +77,37 @@ LONG_MAX = 2**63 - 1
 
 _ZSTD = int(Compression.ZSTD)
 _MAX_CODEC = max(int(codec) for codec in Compression)
+
+
+class TransactionVerifier(Protocol):
+    """Answers whether a transactional produce may start a transaction on a partition."""
+
+    def verify(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+    ) -> ErrorCode:
+        """NONE when ``topic``-``partition`` is in the producer's ongoing transaction (at
+        that epoch), else the code to refuse the batch with."""
+        ...
+
+
+class RefuseTransactions:
+    """The verifier of a broker without a transaction coordinator: refuses every
+    transactional batch."""
+
+    def verify(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+    ) -> ErrorCode:
+        return ErrorCode.INVALID_TXN_STATE
 
 
 @dataclass(slots=True)
@@ -214,11 +256,6 @@ def _check_batch(header: BatchHeader, topic_partition: str) -> Refusal | None:
             ErrorCode.INVALID_RECORD,
             f"Invalid sequence number {header.base_sequence} in record batch with producerId "
             f"{header.producer_id} in {topic_partition}",
-        )
-    if header.is_transactional:
-        return Refusal(
-            ErrorCode.INVALID_TXN_STATE,
-            f"Transactional records are not supported by this broker yet ({topic_partition})",
         )
     return None
 

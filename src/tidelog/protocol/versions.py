@@ -75,6 +75,7 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.DELETE_RECORDS,                 0, 2),
     _serve(ApiKey.INIT_PRODUCER_ID,               0, 6),
     _serve(ApiKey.OFFSET_FOR_LEADER_EPOCH,        2, 4),
+    _serve(ApiKey.WRITE_TXN_MARKERS,              1, 2),
     _serve(ApiKey.DESCRIBE_CONFIGS,               1, 4),
     _serve(ApiKey.ALTER_CONFIGS,                  0, 2),
     _serve(ApiKey.DESCRIBE_LOG_DIRS,              1, 5),

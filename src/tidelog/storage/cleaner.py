@@ -599,6 +599,10 @@ class Cleaner:
                 if group_stats.next_horizon is not None:
                     stats.horizon(group_stats.next_horizon)
                 return True
+            # Every marker survives cleaning, so every aborted transaction stays indexed.
+            cleaned.txn_index.write_entries(
+                [entry for segment in group for entry in segment.txn_index.entries]
+            )
             log.replace_segments(cleaned, group)
         except (CorruptSegmentError, RecordsError):
             with contextlib.suppress(OSError, StorageError):
@@ -707,7 +711,7 @@ class Cleaner:
 
 def _index_bytes(segment: Segment) -> int:
     total = 0
-    for path in segment.paths[1:]:
+    for path in (segment.offset_index.path, segment.time_index.path):
         with contextlib.suppress(FileNotFoundError):
             total += path.stat().st_size
     return total

@@ -42,6 +42,14 @@ segment and never above the high watermark. :meth:`Log.delete_records` moves the
 log start offset. :meth:`Log.truncate_to` removes every batch with data at or above
 an offset; :meth:`Log.truncate_fully_and_start_at` empties the log.
 
+Aborted transactions. Each segment has a ``.txnindex``
+(:mod:`~tidelog.storage.txn_index`) that the partition fills through
+:meth:`Log.append_aborted_txn` when it appends an ABORT marker; :meth:`Log.aborted_transactions`
+answers read_committed fetches from it. The log keeps it with its segment (truncation
+drops entries of removed markers, deletion and retention remove the file, the cleaner
+carries the entries into the cleaned segment) but never writes entries itself: only the
+producer state knows where an aborted transaction started.
+
 Crash safety. Segment files are only appended to (or truncated); files leave the
 log by being renamed ``.deleted`` first; replaced segments come in as ``.swap``
 files. Recovery (:meth:`Log.open` without a clean shutdown) re-checks every batch
@@ -95,12 +103,14 @@ from tidelog.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     FileSlice,
     HandleCache,
     RecoveryProblem,
     Segment,
     parse_segment_name,
 )
+from tidelog.storage.txn_index import AbortedTxn, TxnIndex, decode_entries
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -208,6 +218,10 @@ class Log:
         #: Called (without the log's lock) with the new log end offset after a
         #: truncation, so the cleaner can lower its first dirty offset.
         self.on_truncate: Callable[[int], None] | None = None
+        #: The offset retention never deletes at or above, besides the high watermark (the
+        #: partition's last stable offset: an open transaction's batches stay). Called
+        #: under the log's lock, possibly off the event loop.
+        self.retention_limit: Callable[[], int] | None = None
         #: Called with the seconds each group-commit fsync round took (from whichever
         #: thread ran it), so the broker can export a flush-time histogram without the
         #: storage layer knowing about metrics.
@@ -340,6 +354,7 @@ class Log:
         files of a swap are dropped and rebuilt.
         """
         swaps: list[int] = []
+        txn_swaps: list[str] = []
         for entry in sorted(os.listdir(self.directory)):
             if entry.endswith(SWAP_SUFFIX):
                 stem_and_kind = entry[: -len(SWAP_SUFFIX)]
@@ -348,6 +363,10 @@ class Log:
                     if base is not None:
                         swaps.append(base)
                         continue
+                if stem_and_kind.endswith(TXN_INDEX_SUFFIX):
+                    # Kept until its swap is completed: it cannot be rebuilt.
+                    txn_swaps.append(entry)
+                    continue
                 (self.directory / entry).unlink(missing_ok=True)
                 report.removed_files.append(entry)
         now = self._clock()
@@ -368,16 +387,42 @@ class Log:
                 except StorageError as exc:
                     _log.warning("swap segment %s has a bad batch: %s", swap.log_path, exc)
             self._cache.retire(swap)
+            aborted = self._swap_txn_entries(base)
             for old_base in self._segment_bases_on_disk(report):
                 if base <= old_base < max(next_offset, base + 1):
                     stem = f"{old_base:020d}"
-                    for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                         (self.directory / (stem + kind)).unlink(missing_ok=True)
             for kind in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
                 (self.directory / (f"{base:020d}" + kind + SWAP_SUFFIX)).unlink(missing_ok=True)
+            if aborted:
+                TxnIndex(self.directory / (f"{base:020d}" + TXN_INDEX_SUFFIX)).write_entries(
+                    aborted
+                )
+            (self.directory / (f"{base:020d}" + TXN_INDEX_SUFFIX + SWAP_SUFFIX)).unlink(
+                missing_ok=True
+            )
             os.replace(swap.log_path, self.directory / (f"{base:020d}" + LOG_SUFFIX))
             report.completed_swaps.append(base)
             self._dir_dirty = True
+        done = {f"{base:020d}{TXN_INDEX_SUFFIX}{SWAP_SUFFIX}" for base in swaps}
+        for entry in txn_swaps:
+            if entry not in done:
+                # The crash came before its log file was complete: the old segments stay.
+                (self.directory / entry).unlink(missing_ok=True)
+                report.removed_files.append(entry)
+
+    def _swap_txn_entries(self, base: int) -> list[AbortedTxn]:
+        """The aborted transactions of the swap segment at ``base``: its ``.txnindex.swap``,
+        or, once the swap's indexes already took their final names (the ``.log`` file is
+        renamed last), the final ``.txnindex`` at ``base``, which is then the new one."""
+        stem = f"{base:020d}{TXN_INDEX_SUFFIX}"
+        for path in (self.directory / (stem + SWAP_SUFFIX), self.directory / stem):
+            try:
+                return decode_entries(path.read_bytes())
+            except FileNotFoundError:
+                continue
+        return []
 
     def _segment_bases_on_disk(self, report: RecoveryReport) -> list[int]:
         bases: list[int] = []
@@ -388,7 +433,7 @@ class Log:
                 if base is not None:
                     bases.append(base)
         for entry in names:
-            for kind in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for kind in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 if entry.endswith(kind):
                     stem = entry[: -len(kind)]
                     if parse_segment_name(stem) is not None and stem + LOG_SUFFIX not in names:
@@ -1206,7 +1251,7 @@ class Log:
                 count = 0
                 for segment in self._segments[:-1]:
                     upper = self._bases[count + 1]
-                    if excess - segment.size < 0 or upper > self.high_watermark:
+                    if excess - segment.size < 0 or upper > self._retention_upper_bound():
                         break
                     excess -= segment.size
                     count += 1
@@ -1216,10 +1261,16 @@ class Log:
             self._delete_oldest(deletable)
         return deletable
 
+    def _retention_upper_bound(self) -> int:
+        bound = self.high_watermark
+        if self.retention_limit is not None:
+            bound = min(bound, self.retention_limit())
+        return bound
+
     def _deletable(self, predicate: Callable[[Segment, int], bool]) -> int:
         """How many segments from the oldest satisfy ``predicate(segment, next base)``."""
         count = 0
-        high_watermark = self.high_watermark
+        high_watermark = self._retention_upper_bound()
         for index, segment in enumerate(self._segments[:-1]):
             upper = self._bases[index + 1]
             if upper > high_watermark or not predicate(segment, upper):
@@ -1352,6 +1403,48 @@ class Log:
         segment.activate()
         self._add_segment(segment)
         self._log_end_offset = offset
+
+    # -- aborted transactions ----------------------------------------------------------
+
+    def append_aborted_txn(self, entry: AbortedTxn, *, if_absent: bool = False) -> bool:
+        """Index an aborted transaction in the segment holding its ABORT marker
+        (``entry.last_offset``); ``if_absent`` (replay) skips a marker already indexed.
+        True when an entry was written."""
+        with self._lock:
+            self._check_open()
+            if not self._log_start_offset <= entry.last_offset < self._log_end_offset:
+                return False
+            index = max(bisect.bisect_right(self._bases, entry.last_offset) - 1, 0)
+            return self._segments[index].txn_index.append(entry, if_absent=if_absent)
+
+    def aborted_transactions(self, first_offset: int, max_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping a read that starts with the batch at
+        ``first_offset`` and stops before ``max_offset`` (a read never leaves the segment
+        it starts in, so the range ends with that segment). Entries from later segments
+        count: a transaction started in this range may be aborted in a later segment."""
+        with self._lock:
+            self._check_open()
+            index = max(bisect.bisect_right(self._bases, first_offset) - 1, 0)
+            segment_end = (
+                self._bases[index + 1] if index + 1 < len(self._bases) else self._log_end_offset
+            )
+            upper = min(max_offset, segment_end)
+            found: list[AbortedTxn] = []
+            for segment in self._segments[index:]:
+                entries, complete = segment.txn_index.overlapping(first_offset, upper)
+                found.extend(entries)
+                if complete:
+                    break
+            return found
+
+    def flush_txn_indexes(self) -> None:
+        """fsync the transaction indexes written since their last sync (before a producer
+        state snapshot: once the snapshot covers a marker, replay no longer re-adds its
+        entry)."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.txn_index.sync(self._datasync)
 
     # -- compaction support ------------------------------------------------------------
 

@@ -15,7 +15,27 @@ Rules (Kafka's ``ProducerAppendInfo`` / ``ProducerStateEntry``):
 * a newer epoch must start at sequence 0 (:class:`OutOfOrderSequenceError` otherwise);
 * the same epoch must continue at last sequence + 1, where ``Int32.MAX`` wraps to 0;
 * a producer without state (new, or expired, or removed by retention) is accepted at any
-  sequence (KIP-360: the broker no longer answers UNKNOWN_PRODUCER_ID).
+  sequence (KIP-360: the broker no longer answers UNKNOWN_PRODUCER_ID), except for a
+  transactional batch, which must then start at sequence 0 (KIP-890's check, which Kafka
+  applies to transactions v2 producers: a late batch of an earlier transaction, whose
+  producer state is gone, cannot start a new transaction here).
+
+Transactions. A producer's first transactional batch after a marker (or ever) starts a
+transaction on the partition: ``txn_first_offset`` holds its offset until a COMMIT or
+ABORT marker (:meth:`ProducerStateManager.complete_txn`) ends it. While one is ongoing a
+non-transactional batch from that producer is refused (:class:`InvalidTxnStateError`).
+A marker is checked first (:meth:`ProducerStateManager.check_marker`, Kafka's rules for
+transactions v0/v1): an epoch below the producer's is :class:`InvalidProducerEpochError`,
+a coordinator epoch below the last one seen for the producer is
+:class:`TransactionCoordinatorFencedError`. A marker is written even when the producer
+has no ongoing transaction here (an abort of a transaction that wrote nothing to this
+partition); it then completes nothing and indexes nothing, as in Kafka. The smallest
+first offset of the ongoing transactions is :attr:`ProducerStateManager.first_unstable_offset`,
+from which the partition derives its last stable offset. Producers with an ongoing
+transaction never expire and are never dropped by retention. Snapshots keep
+``txn_first_offset`` and the coordinator epoch; replaying the log after a snapshot
+re-reads each marker's record (one small control record, the only records this module
+ever reads) and re-adds the aborted-transaction index entry a crash may have lost.
 
 Snapshot file ``<offset, 20 digits>.snapshot`` in the partition directory holds the state
 of every batch below ``offset``. Layout (big-endian)::
@@ -81,9 +101,13 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from tidelog.records.batch import BatchHeader
+from tidelog.records.control import EndTransactionMarker, parse_end_txn_marker
+from tidelog.records.errors import RecordsError
+from tidelog.records.reader import iter_records
 from tidelog.storage.checkpoint import FsyncFn, write_durably
 from tidelog.storage.errors import StorageError
 from tidelog.storage.log import Log
+from tidelog.storage.txn_index import AbortedTxn
 
 _log = logging.getLogger(__name__)
 
@@ -114,6 +138,24 @@ class InvalidProducerEpochError(ProducerStateError):
 
 class OutOfOrderSequenceError(ProducerStateError):
     """The batch's first sequence does not continue the producer's sequence."""
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """A non-transactional batch from a producer with an ongoing transaction."""
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A marker whose coordinator epoch is older than the last one seen for its producer."""
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended on this partition."""
+
+    producer_id: int
+    first_offset: int
+    #: The marker's offset.
+    last_offset: int
+    aborted: bool
 
 
 class CorruptSnapshotError(StorageError):
@@ -262,10 +304,13 @@ def decode_snapshot(data: bytes, source: str = "snapshot") -> tuple[int, list[Pr
     return offset, entries
 
 
-def scan_headers(log: Log, start_offset: int) -> Iterator[BatchHeader]:
-    """Headers of the log's batches holding offsets >= ``start_offset``, oldest first.
+def scan_headers(
+    log: Log, start_offset: int
+) -> Iterator[tuple[BatchHeader, EndTransactionMarker | None]]:
+    """Headers of the log's batches holding offsets >= ``start_offset``, oldest first,
+    each with its transaction marker when it is a COMMIT/ABORT control batch.
 
-    Reads batch headers only (64 KiB windows), never records.
+    Reads batch headers (64 KiB windows), and the one record of each transaction marker.
     """
     cache = log.handle_cache
     for segment in log.segments:
@@ -275,8 +320,22 @@ def scan_headers(log: Log, start_offset: int) -> Iterator[BatchHeader]:
             found = segment.find_batch(start_offset)
             if found is None:
                 continue
-            for _, header in segment.iter_headers(found.position, segment.size):
-                yield header
+            for position, header in segment.iter_headers(found.position, segment.size):
+                marker = None
+                if header.is_control and header.is_transactional:
+                    marker = _read_marker(segment.read_batch(position, header.size), header)
+                yield header, marker
+
+
+def _read_marker(data: bytes, header: BatchHeader) -> EndTransactionMarker | None:
+    """The marker of a control batch; None when it holds none (a cleaned, empty one) or
+    is not a transaction marker."""
+    try:
+        for record in iter_records(data, 0, header=header, verify_crc=False):
+            return parse_end_txn_marker(record.key, record.value)
+    except RecordsError as exc:
+        _log.warning("control batch at offset %d is not a marker: %s", header.base_offset, exc)
+    return None
 
 
 class ProducerStateManager:
@@ -293,6 +352,11 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._fsync = fsync
         self.producers: dict[int, ProducerEntry] = {}
+        #: producer id -> first offset of its ongoing transaction.
+        self.ongoing: dict[int, int] = {}
+        #: The smallest first offset of an ongoing transaction (None when there is none).
+        #: A plain attribute, so a thread reading it (retention) never walks a changing dict.
+        self.first_unstable_offset: int | None = None
         #: Every batch below this offset has been applied.
         self.end_offset = 0
         #: Log start offset the state was last trimmed to.
@@ -326,6 +390,8 @@ class ProducerStateManager:
         end = log.log_end_offset
         start = log.log_start_offset
         self.producers = {}
+        self.ongoing = {}
+        self.first_unstable_offset = None
         self.end_offset = 0
         for offset, path in reversed(list_snapshots(self.directory)):
             if offset > end:
@@ -344,6 +410,12 @@ class ProducerStateManager:
                 if entry.last_update_ms < 0:
                     entry.last_update_ms = now_ms
             self.producers = {entry.producer_id: entry for entry in entries}
+            self.ongoing = {
+                entry.producer_id: entry.txn_first_offset
+                for entry in entries
+                if entry.txn_first_offset >= 0
+            }
+            self._ongoing_changed()
             self.end_offset = offset
             break
         self.start_offset = start
@@ -362,38 +434,69 @@ class ProducerStateManager:
         if self.end_offset >= end:
             return 0
         applied = 0
-        for header in scan_headers(log, self.end_offset):
+        for header, marker in scan_headers(log, self.end_offset):
             if header.last_offset < self.end_offset:
                 continue
-            self.apply_header(header, now_ms)
+            completed = self.apply_header(header, now_ms, marker=marker)
+            if completed is not None and completed.aborted:
+                # A crash may have lost the entry written with the marker.
+                log.append_aborted_txn(self.aborted_entry(completed), if_absent=True)
             applied += 1
         self.end_offset = max(self.end_offset, end)
         self.replayed = applied
         return applied
 
-    def apply_header(self, header: BatchHeader, now_ms: int, timestamp: int | None = None) -> None:
+    def apply_header(
+        self,
+        header: BatchHeader,
+        now_ms: int,
+        timestamp: int | None = None,
+        marker: EndTransactionMarker | None = None,
+    ) -> CompletedTxn | None:
         """Record a batch already in the log (its header carries its real offsets), read
         back at broker time ``now_ms``: the producer's update time never moves back (a
-        snapshot may hold a later one than the time of the load)."""
-        if header.producer_id >= 0 and not header.is_control:
+        snapshot may hold a later one than the time of the load). ``marker`` is the
+        transaction marker a control batch holds; the transaction it completes is
+        returned. Nothing is checked: the log holds what was accepted."""
+        completed = None
+        if header.producer_id >= 0:
             known = self.producers.get(header.producer_id)
             before = -1 if known is None else known.last_update_ms
-            self.record(
-                header.producer_id,
-                header.producer_epoch,
-                header.base_sequence,
-                header.last_sequence,
-                header.base_offset,
-                header.last_offset,
-                header.max_timestamp if timestamp is None else timestamp,
-                max(before, now_ms),
-            )
+            if not header.is_control:
+                self.record(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_sequence,
+                    header.base_offset,
+                    header.last_offset,
+                    header.max_timestamp if timestamp is None else timestamp,
+                    max(before, now_ms),
+                    transactional=header.is_transactional,
+                )
+            elif marker is not None:
+                completed = self.complete_txn(
+                    header.producer_id,
+                    header.producer_epoch,
+                    marker.coordinator_epoch,
+                    header.base_offset,
+                    commit=marker.commit,
+                    timestamp=header.max_timestamp if timestamp is None else timestamp,
+                    now_ms=max(before, now_ms),
+                )
         self.end_offset = max(self.end_offset, header.next_offset)
+        return completed
 
     # -- produce path ------------------------------------------------------------------
 
     def check(
-        self, producer_id: int, epoch: int, first_seq: int, last_seq: int
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        *,
+        transactional: bool = False,
     ) -> BatchMetadata | None:
         """Check a client batch before its append.
 
@@ -402,6 +505,11 @@ class ProducerStateManager:
         """
         entry = self.producers.get(producer_id)
         if entry is None:
+            if transactional and first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"transactional producer {producer_id} has no state on this partition and "
+                    f"starts at sequence {first_seq}; expected 0"
+                )
             return None
         duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
         if duplicate is not None:
@@ -410,6 +518,11 @@ class ProducerStateManager:
             raise InvalidProducerEpochError(
                 f"epoch {epoch} of producer {producer_id} is older than its current epoch "
                 f"{entry.epoch}"
+            )
+        if entry.txn_first_offset >= 0 and not transactional:
+            raise InvalidTxnStateError(
+                f"non-transactional batch from producer {producer_id}, whose transaction "
+                f"started at offset {entry.txn_first_offset} is ongoing"
             )
         if epoch != entry.epoch:
             if first_seq != 0 and entry.epoch != NO_EPOCH:
@@ -434,16 +547,94 @@ class ProducerStateManager:
         last_offset: int,
         timestamp: int,
         now_ms: int,
+        *,
+        transactional: bool = False,
     ) -> None:
-        """Record an appended batch of ``producer_id``."""
+        """Record an appended batch of ``producer_id``; a transactional one starts the
+        producer's transaction when none is ongoing."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
         entry.add(
             epoch, BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp), now_ms
         )
+        if transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = first_offset
+            self.ongoing[producer_id] = first_offset
+            self._ongoing_changed()
         if last_offset + 1 > self.end_offset:
             self.end_offset = last_offset + 1
+
+    # -- transactions ------------------------------------------------------------------
+
+    def has_ongoing_txn(self, producer_id: int, epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction ongoing here, at ``epoch``."""
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == epoch
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Check a COMMIT/ABORT marker before its append (Kafka's rules for transaction
+        versions 0 and 1); raises :class:`ProducerStateError` to refuse it."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {epoch} of producer {producer_id} is older than its current "
+                f"epoch {entry.epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker coordinator epoch {coordinator_epoch} for producer {producer_id} is "
+                f"older than the last one seen, {entry.coordinator_epoch}"
+            )
+
+    def complete_txn(
+        self,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        marker_offset: int,
+        *,
+        commit: bool,
+        timestamp: int,
+        now_ms: int,
+    ) -> CompletedTxn | None:
+        """Record the marker at ``marker_offset``; the transaction it ends, if one was
+        ongoing here."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+        if epoch != entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = timestamp
+        entry.last_update_ms = max(entry.last_update_ms, now_ms)
+        completed = None
+        if entry.txn_first_offset >= 0:
+            completed = CompletedTxn(producer_id, entry.txn_first_offset, marker_offset, not commit)
+            entry.txn_first_offset = -1
+            del self.ongoing[producer_id]
+            self._ongoing_changed()
+        if marker_offset + 1 > self.end_offset:
+            self.end_offset = marker_offset + 1
+        return completed
+
+    def aborted_entry(self, completed: CompletedTxn) -> AbortedTxn:
+        """The transaction index entry of an aborted transaction just completed: its LSO is
+        the first offset of the transactions still ongoing, or the offset after the
+        marker."""
+        lso = self.first_unstable_offset
+        return AbortedTxn(
+            completed.producer_id,
+            completed.first_offset,
+            completed.last_offset,
+            completed.last_offset + 1 if lso is None else lso,
+        )
+
+    def _ongoing_changed(self) -> None:
+        self.first_unstable_offset = min(self.ongoing.values()) if self.ongoing else None
 
     # -- expiry ------------------------------------------------------------------------
 

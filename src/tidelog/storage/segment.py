@@ -1,10 +1,12 @@
-"""One segment of a partition log: a ``.log`` file of batches and its two indexes.
+"""One segment of a partition log: a ``.log`` file of batches and its indexes.
 
 Files of a segment share the 20-digit zero-padded base offset as their name::
 
     00000000000000001234.log        batches exactly as on the wire, back to back
     00000000000000001234.index      see :mod:`tidelog.storage.index`
     00000000000000001234.timeindex
+    00000000000000001234.txnindex   aborted transactions, see :mod:`tidelog.storage.txn_index`
+                                    (only once one was aborted in the segment)
 
 A segment being built aside (by the cleaner) or being replaced carries an extra
 suffix on every file: ``.cleaned`` while written, ``.swap`` once complete and about
@@ -46,14 +48,16 @@ from tidelog.records.batch import (
 from tidelog.records.errors import RecordsError, TruncatedBatchError
 from tidelog.storage.errors import CorruptSegmentError, SegmentDeletedError
 from tidelog.storage.index import INT32_MAX, OffsetIndex, TimeIndex
+from tidelog.storage.txn_index import TxnIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
-SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 # Header scans read the log in windows of this size (one pread per window).
 _SCAN_WINDOW = 64 * 1024
@@ -196,6 +200,7 @@ class Segment:
         self.time_index = TimeIndex(
             directory / (stem + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes
         )
+        self.txn_index = TxnIndex(directory / (stem + TXN_INDEX_SUFFIX + suffix))
         self.log_path = directory / (stem + LOG_SUFFIX + suffix)
         try:
             self.size = self.log_path.stat().st_size
@@ -221,20 +226,25 @@ class Segment:
     # -- paths -----------------------------------------------------------------------
 
     @property
-    def paths(self) -> tuple[Path, Path, Path]:
-        return (self.log_path, self.offset_index.path, self.time_index.path)
+    def paths(self) -> tuple[Path, Path, Path, Path]:
+        """The ``.log`` file first, then the indexes (in :data:`SEGMENT_FILE_SUFFIXES` order)."""
+        return (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)
 
     def rename_suffix(self, suffix: str) -> None:
         """Rename every file of the segment to carry ``suffix`` (in place of the old one)."""
         stem = segment_name(self.base_offset)
         targets = [self.directory / (stem + kind + suffix) for kind in SEGMENT_FILE_SUFFIXES]
-        for source, target in zip(self.paths, targets, strict=True):
+        # The ``.log`` file goes last: recovery reads a segment's state from its log file's
+        # suffix, so its indexes (above all the txn index, which cannot be rebuilt from the
+        # segment) must already carry that suffix when it does.
+        for source, target in reversed(list(zip(self.paths, targets, strict=True))):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(source, target)
         self.suffix = suffix
         self.log_path = targets[0]
         self.offset_index.path = targets[1]
         self.time_index.path = targets[2]
+        self.txn_index.path = targets[3]
 
     def delete_files(self) -> None:
         for path in self.paths:
@@ -436,6 +446,7 @@ class Segment:
     def fsync(self, fsync: FsyncFn, indexes: bool) -> None:
         fsync(self.fd)
         if indexes:
+            self.txn_index.sync(fsync)
             for index in (self.offset_index, self.time_index):
                 if index.writable:
                     index.fsync(fsync)
@@ -694,6 +705,7 @@ class Segment:
             last_kept = header
         next_offset = self.base_offset if last_kept is None else last_kept.next_offset
         self.time_index.truncate_to_offset(next_offset)
+        self.txn_index.truncate_to(next_offset)
         self._recompute_after_truncation(next_offset)
         return removed
 
@@ -769,6 +781,9 @@ class Segment:
             position += header.size
         self._track(batches)
         self.next_offset = expected
+        # Entries of markers a crash lost go; the producer state's replay re-adds any
+        # entry whose marker survived but whose write did not.
+        self.txn_index.truncate_to(expected)
         result: RecoveryProblem | None = None
         if position < file_size:
             result = RecoveryProblem(

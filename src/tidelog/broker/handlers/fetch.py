@@ -20,10 +20,12 @@ A request is handled in three steps, all on the event loop thread:
    (FENCED_LEADER_EPOCH when older than ours, UNKNOWN_LEADER_EPOCH when newer),
    ``last_fetched_epoch`` (v12+: a diverging epoch is answered with the epoch and its end
    offset and no records), then the read (OFFSET_OUT_OF_RANGE outside
-   [log start, log end]). Reads never go past the high watermark. Errors carry -1 for the
-   offsets, as Kafka's do. The last stable offset equals the high watermark (there are no
-   transactions yet), so read_committed reads the same data and gets an empty
-   ``aborted_transactions`` list (read_uncommitted gets null, as from Kafka).
+   [log start, log end]). Reads never go past the high watermark, and with read_committed
+   never past the last stable offset (LSO), which every response carries. A read_committed
+   read also gets the aborted transactions overlapping its batches, from the segments'
+   transaction indexes, so the consumer drops their records (read_uncommitted gets null,
+   as from Kafka). Records are never decoded for this: the LSO is a batch boundary and the
+   index is read per segment. Errors carry -1 for the offsets, as Kafka's do.
 
 3. **Answer or wait.** The response is sent at once when ``max_wait_ms`` <= 0, there is no
    partition, ``min_bytes`` are available, or any partition has an error or a diverging
@@ -215,18 +217,22 @@ def _read_one(
         return result
     log = partition.log
     high_watermark = partition.high_watermark
+    last_stable_offset = partition.last_stable_offset
+    read_committed = fetch.isolation_level == _READ_COMMITTED
     if fetch.version >= 12 and item.last_fetched_epoch >= 0:
         epoch, end = epoch_end_offset(partition, item.last_fetched_epoch)
         if epoch < item.last_fetched_epoch or end < item.fetch_offset:
-            result.high_watermark = result.last_stable_offset = high_watermark
+            result.high_watermark = high_watermark
+            result.last_stable_offset = last_stable_offset
             result.log_start_offset = partition.log_start_offset
             result.diverging_epoch = (epoch, end)
             return result
+    limit = last_stable_offset if read_committed else high_watermark
     try:
         piece = log.read(
             item.fetch_offset,
             min(item.max_bytes, budget),
-            max_offset=high_watermark if high_watermark < log.log_end_offset else None,
+            max_offset=limit if limit < log.log_end_offset else None,
             min_one_batch=min_one_batch,
             whole_batches=WHOLE_BATCHES,
         )
@@ -237,9 +243,15 @@ def _read_one(
         _log.exception("fetch from %s-%d failed", item.topic, item.partition)
         result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         return result
-    result.high_watermark = result.last_stable_offset = high_watermark
+    result.high_watermark = high_watermark
+    result.last_stable_offset = last_stable_offset
     result.log_start_offset = partition.log_start_offset
-    result.aborted_transactions = _NO_ABORTED if fetch.isolation_level == _READ_COMMITTED else None
+    if read_committed:
+        result.aborted_transactions = (
+            partition.aborted_transactions(piece.first_offset, limit)
+            if piece is not None
+            else _NO_ABORTED
+        )
     result.records = piece
     return result
 

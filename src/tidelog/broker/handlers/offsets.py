@@ -38,6 +38,7 @@ UNDEFINED_OFFSET = -1
 
 #: ListOffsets special timestamps beyond earliest/latest/max (Kafka's values).
 EARLIEST_LOCAL_TIMESTAMP = -4  # v8+: the first offset on local disk = earliest here
+_READ_COMMITTED = 1
 LATEST_TIERED_TIMESTAMP = -5  # v9+: the last offset in tiered storage; none here
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # v11+: the first offset not yet tiered; none here
 
@@ -99,12 +100,13 @@ def _list_offset(
     """(error, offset, timestamp, leader epoch) for one ListOffsets partition."""
     log = partition.log
     # Consumers see up to the high watermark, or with read committed up to the last stable
-    # offset, which equals it until transactions exist (``isolation_level`` is accepted for
-    # that day); debugging tools (replica id -2) see up to the log end offset.
-    del isolation_level
-    fetchable = (
-        partition.high_watermark if replica_id == _CONSUMER_REPLICA_ID else log.log_end_offset
-    )
+    # offset; debugging tools (replica id -2) see up to the log end offset.
+    if replica_id != _CONSUMER_REPLICA_ID:
+        fetchable = log.log_end_offset
+    elif isolation_level == _READ_COMMITTED:
+        fetchable = partition.last_stable_offset
+    else:
+        fetchable = partition.high_watermark
     if timestamp == LATEST_TIMESTAMP:
         return ErrorCode.NONE, fetchable, -1, partition.leader_epoch
     if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):

@@ -7,14 +7,19 @@ Per partition, synchronously and in request order:
    create topics on produce;
 2. validate the records (:mod:`tidelog.broker.produce_validation`);
 3. with invalid ``acks`` nothing is written: INVALID_REQUIRED_ACKS;
+   a transactional batch that would start a transaction on the partition must be
+   verified by the broker's ``transaction_verifier`` (KIP-890; INVALID_TXN_STATE when the
+   partition is not in the producer's ongoing transaction), see
+   :mod:`tidelog.broker.produce_validation`;
 4. idempotent batches (producer id >= 0) are checked against the partition's producer
    state: a repeat of one of the producer's last five batches is answered with that batch's
    offsets and not written again; an old epoch -> INVALID_PRODUCER_EPOCH (Kafka >= 2.7 on
    the produce path, every version); a sequence gap, or a new epoch not starting at 0 ->
-   OUT_OF_ORDER_SEQUENCE_NUMBER. Neither DUPLICATE_SEQUENCE_NUMBER nor UNKNOWN_PRODUCER_ID
+   OUT_OF_ORDER_SEQUENCE_NUMBER; a non-transactional batch from a producer with an ongoing
+   transaction -> INVALID_TXN_STATE. Neither DUPLICATE_SEQUENCE_NUMBER nor UNKNOWN_PRODUCER_ID
    is returned: current Kafka answers duplicates with their offsets and accepts any
    sequence from a producer it has no state for (KIP-360);
-5. append; storage errors map to Kafka codes (:func:`_storage_error_code`).
+5. append; storage errors map to Kafka codes (:func:`storage_error_code`).
 
 A failed partition never affects the others. Then, by ``acks``:
 
@@ -45,7 +50,11 @@ from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.partitions import Partition
-from tidelog.broker.produce_validation import Refusal, validate_partition_records
+from tidelog.broker.produce_validation import (
+    Refusal,
+    TransactionVerifier,
+    validate_partition_records,
+)
 from tidelog.broker.reply import NO_RESPONSE, Deferred
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 from tidelog.storage import (
@@ -56,7 +65,11 @@ from tidelog.storage import (
     SegmentDeletedError,
     StorageError,
 )
-from tidelog.storage.producer_state import InvalidProducerEpochError, OutOfOrderSequenceError
+from tidelog.storage.producer_state import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -138,7 +151,7 @@ class _Result:
         self.message = message
 
 
-def _storage_error_code(exc: Exception) -> ErrorCode:
+def storage_error_code(exc: Exception) -> ErrorCode:
     """The Kafka code for an exception of the append (most specific type first)."""
     if isinstance(exc, RecordTooLargeError):
         return ErrorCode.MESSAGE_TOO_LARGE
@@ -160,6 +173,8 @@ def _produce_partition(
     now_ms: int,
     acks_valid: bool,
     metrics: BrokerMetrics | None,
+    verifier: TransactionVerifier,
+    transactional_id: str | None,
 ) -> int:
     """Validate and append one partition's records, filling ``result``; returns the offset
     that must be durable before an acks=all answer (0 when nothing is to wait for)."""
@@ -180,6 +195,23 @@ def _produce_partition(
         result.fail(ErrorCode.INVALID_REQUIRED_ACKS)
         return 0
     header = checked
+    if header.is_transactional and not partition.has_ongoing_txn(
+        header.producer_id, header.producer_epoch
+    ):
+        code = verifier.verify(
+            transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            partition.topic,
+            partition.index,
+        )
+        if code is not _NONE:
+            result.fail(
+                code,
+                f"{partition.topic}-{partition.index} is not part of an ongoing transaction of "
+                f"producer {header.producer_id} epoch {header.producer_epoch}",
+            )
+            return 0
     try:
         if header.producer_id >= 0:
             duplicate = partition.check_producer(header, now_ms)
@@ -199,8 +231,11 @@ def _produce_partition(
     except OutOfOrderSequenceError as exc:
         result.fail(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, str(exc))
         return 0
+    except InvalidTxnStateError as exc:
+        result.fail(ErrorCode.INVALID_TXN_STATE, str(exc))
+        return 0
     except (StorageError, OSError) as exc:
-        code = _storage_error_code(exc)
+        code = storage_error_code(exc)
         if code in (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR):
             _log.error("append to %s-%d failed: %s", partition.topic, partition.index, exc)
         result.fail(code, str(exc))
@@ -282,6 +317,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
     waits: dict[Partition, tuple[int, list[_Result]]] = {}
     failed = False
     metrics = broker.metrics
+    verifier = broker.transaction_verifier
+    transactional_id = getattr(request, "transactional_id", None)
     for topic_data in request.topic_data:
         results: list[_Result] = []
         unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -301,7 +338,15 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
                 failed = True
                 continue
             end = _produce_partition(
-                partition, result, data.records, version, now_ms, acks_valid, metrics
+                partition,
+                result,
+                data.records,
+                version,
+                now_ms,
+                acks_valid,
+                metrics,
+                verifier,
+                transactional_id,
             )
             if result.error is not _NONE:
                 failed = True
