@@ -35,6 +35,7 @@ from tidelog.client.types import (
     ConfigResource,
     ConsumerRecord,
     ListOffsetsResult,
+    LogDirDescription,
     NewTopic,
     RecordMetadata,
     TopicPartition,
@@ -393,6 +394,9 @@ class Admin(_Facade):
 
     def describe_cluster(self) -> ClusterDescription:
         return self._run(self._core.describe_cluster())
+
+    def describe_log_dirs(self, node_id: int) -> list[LogDirDescription]:
+        return self._run(self._core.describe_log_dirs(node_id))
 
     def find_coordinator(self, group: str) -> BrokerInfo:
         return self._run(self._core.find_coordinator(group))

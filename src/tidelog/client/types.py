@@ -75,6 +75,18 @@ class AlterConfigOp:
     op: str = "set"
 
 
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of a broker (DescribeLogDirs): its path, the bytes of each partition it
+    holds, and its file system's total and usable bytes (-1 where the broker does not say)."""
+
+    path: str
+    partition_sizes: dict[TopicPartition, int]
+    total_bytes: int = -1
+    usable_bytes: int = -1
+    error: str | None = None
+
+
 class ListOffsetsResult(NamedTuple):
     offset: int
     timestamp: int

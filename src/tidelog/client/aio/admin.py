@@ -48,6 +48,7 @@ from tidelog.client.types import (
     ConfigEntry,
     ConfigResource,
     ListOffsetsResult,
+    LogDirDescription,
     NewTopic,
     TopicPartition,
 )
@@ -399,6 +400,34 @@ class AIOAdmin:
             md.controller_id,
             tuple(sorted(md.brokers.values(), key=lambda b: b.node_id)),
         )
+
+    async def describe_log_dirs(self, node_id: int) -> list[LogDirDescription]:
+        """The log dirs of broker ``node_id`` with the size of every partition each holds.
+
+        A dir the broker cannot read is returned with its error, not raised: the other dirs
+        of the same broker are still worth showing."""
+        conn = await self.cluster.connection(node_id)
+        response = await self._call(conn, ApiKey.DESCRIBE_LOG_DIRS, {"topics": None})
+        err = _item_error(getattr(response, "error_code", 0), None, f"broker {node_id}")
+        if err is not None:
+            raise err
+        dirs = []
+        for r in response.results:
+            code = ErrorCode.from_wire(int(r.error_code))
+            dirs.append(
+                LogDirDescription(
+                    path=r.log_dir,
+                    partition_sizes={
+                        TopicPartition(t.name, int(p.partition_index)): int(p.partition_size)
+                        for t in r.topics
+                        for p in t.partitions
+                    },
+                    total_bytes=int(getattr(r, "total_bytes", -1)),
+                    usable_bytes=int(getattr(r, "usable_bytes", -1)),
+                    error=None if code is ErrorCode.NONE else f"{code.name}: {code.message}",
+                )
+            )
+        return dirs
 
     # -- consumer groups ---------------------------------------------------------------------
 
