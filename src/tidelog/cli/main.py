@@ -13,6 +13,7 @@ from tidelog import __version__
 from tidelog.cli import (
     agent,
     configs,
+    console,
     consume,
     dump_log,
     groups,
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump_log.add_parser(commands)
     perf.add_parser(commands)
     agent.add_parser(commands)
+    console.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,579 @@
+"""The console's web application: Starlette routes rendering Jinja2 templates.
+
+Pages are plain HTML forms and links, so every page works without JavaScript. One admin
+client and one producer are shared by all requests (made when the app starts, closed when it
+stops); each browse or search makes its own consumer, without a group, that reads only what
+the page asked for.
+
+Errors: a Kafka error (:class:`~tidelog.client.ClientError`) is shown on the page by its
+name and the description from the error table, with status 400 for a refused request, 404
+for an unknown topic or group and 503 when the cluster cannot be reached; a bad value typed
+into a form (:class:`~tidelog.console.forms.InputError`) is shown with status 400. Nothing
+else reaches the browser as a stack trace: an unexpected failure is logged and answered 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from tidelog.client import (
+    BrokerConnectionError,
+    ClientError,
+    NewTopic,
+    PartialFailureError,
+    RequestTimeoutError,
+    TopicPartition,
+)
+from tidelog.client.aio.admin import AIOAdmin
+from tidelog.client.aio.producer import AIOProducer
+from tidelog.client.groups import RESET_KINDS, ResetSpec
+from tidelog.console import forms, model, render
+from tidelog.console.forms import InputError
+from tidelog.console.scan import ScanResult, scan, text_matcher
+from tidelog.protocol import ErrorCode
+
+log = logging.getLogger("tidelog.console")
+
+HERE = Path(__file__).parent
+
+PAGE_SIZE = 100
+MAX_PAGE_SIZE = 500
+# Search bounds: defaults and the most a request may ask for.
+SEARCH_RECORDS = 1_000_000
+MAX_SEARCH_RECORDS = 50_000_000
+SEARCH_SECONDS = 10
+MAX_SEARCH_SECONDS = 120
+# Browsing a page reads at most this long (a page of 500 records takes far less).
+BROWSE_SECONDS = 15
+
+MODES = ("oldest", "newest", "offset", "timestamp")
+SEARCH_FIELDS = ("any", "key", "value", "headers")
+
+# Error codes that mean "no such thing": answered 404.
+_NOT_FOUND = frozenset(
+    {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.GROUP_ID_NOT_FOUND}
+)
+
+
+@dataclass
+class ConsoleConfig:
+    bootstrap_servers: str
+    auth_user: str | None = None
+    auth_password: str | None = None
+    read_only: bool = False
+    client_config: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": "tidelog-console",
+            **self.client_config,
+            **extra,
+        }
+
+
+class Clients:
+    """The admin client and, once the first record is produced, the producer."""
+
+    def __init__(self, config: ConsoleConfig) -> None:
+        self.config = config
+        # A page waits at most this long for the cluster instead of the clients' minute.
+        self.admin = AIOAdmin(config.client(**{"default.api.timeout.ms": 15_000}))
+        self._producer: AIOProducer | None = None
+
+    def producer(self) -> AIOProducer:
+        if self._producer is None:
+            self._producer = AIOProducer(
+                self.config.client(**{"linger.ms": 0, "max.block.ms": 15_000})
+            )
+        return self._producer
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.close()
+        await self.admin.close()
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def _error_status(exc: ClientError) -> int:
+    if isinstance(exc, BrokerConnectionError | RequestTimeoutError):
+        return 503
+    if exc.code in _NOT_FOUND:
+        return 404
+    return 400
+
+
+def _kafka_errors(exc: ClientError) -> list[tuple[str, str, str]]:
+    """(name, description from the error table, what the client said) of each failure."""
+    items = list(exc.errors.values()) if isinstance(exc, PartialFailureError) else [exc]
+    out = []
+    for item in items:
+        if item.code is None:
+            out.append(("", "", item.message))
+        else:
+            out.append((item.code.name, item.code.message, str(item)))
+    return out
+
+
+# -- the application ----------------------------------------------------------------------------
+
+
+def create_app(config: ConsoleConfig) -> Starlette:
+    # Starlette's environment escapes HTML in every template (autoescape on).
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    env = templates.env
+    env.filters["bytes"] = render.human_bytes
+    env.filters["when"] = render.timestamp_text
+    env.globals["show"] = render.show_bytes
+    env.globals["read_only"] = config.read_only
+    env.globals["bootstrap"] = config.bootstrap_servers
+    env.globals["auth_on"] = config.auth_user is not None
+
+    def page(request: Request, template: str, status: int = 200, /, **context: Any) -> Response:
+        response: Response = templates.TemplateResponse(
+            request, template, context, status_code=status
+        )
+        return response
+
+    def clients(request: Request) -> Clients:
+        found: Clients = request.app.state.clients
+        return found
+
+    def writable() -> None:
+        if config.read_only:
+            raise InputError("the console runs read-only (--read-only): nothing can be changed")
+
+    # -- error pages ----------------------------------------------------------------------------
+
+    async def on_client_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ClientError)
+        return page(
+            request,
+            "error.html",
+            _error_status(exc),
+            title="Kafka error",
+            errors=_kafka_errors(exc),
+        )
+
+    async def on_input_error(request: Request, exc: Exception) -> Response:
+        return page(request, "error.html", 400, title="Bad input", errors=[("", "", str(exc))])
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return page(
+            request, "error.html", exc.status_code, title="Not found", errors=[("", "", exc.detail)]
+        )
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("console: %s %s failed", request.method, request.url.path)
+        return page(
+            request,
+            "error.html",
+            500,
+            title="Console error",
+            errors=[("", "", f"{type(exc).__name__}: the console failed; see its log")],
+        )
+
+    # -- overview and topics --------------------------------------------------------------------
+
+    async def overview(request: Request) -> Response:
+        return page(request, "overview.html", view=await model.overview(clients(request).admin))
+
+    async def topics(request: Request) -> Response:
+        q = forms.text(request.query_params, "q")
+        internal = request.query_params.get("internal") == "1"
+        rows = await model.topic_rows(
+            clients(request).admin, include_internal=internal, filter_text=q
+        )
+        return page(request, "topics.html", rows=rows, q=q, internal=internal)
+
+    async def topic(request: Request) -> Response:
+        name = request.path_params["name"]
+        detail = await model.topic_detail(clients(request).admin, name)
+        return page(request, "topic.html", detail=detail, name=name)
+
+    async def topic_new(request: Request) -> Response:
+        writable()
+        return page(request, "topic_new.html", values={})
+
+    async def topic_create(request: Request) -> Response:
+        writable()
+        values = await _form(request)
+        name = forms.text(values, "name")
+        if not name:
+            raise InputError("topic name: required")
+        new = NewTopic(
+            name=name,
+            num_partitions=forms.integer(values, "partitions", default=-1, low=-1),
+            replication_factor=forms.integer(values, "replication_factor", default=-1, low=-1),
+            configs=dict(forms.pairs(forms.text(values, "configs"), "configs")),
+        )
+        await clients(request).admin.create_topics([new])
+        return RedirectResponse(f"/topics/{name}", status_code=303)
+
+    async def topic_delete(request: Request) -> Response:
+        writable()
+        name = request.path_params["name"]
+        info = await model.describe_topic(clients(request).admin, name)
+        if request.method == "GET":
+            return page(request, "topic_delete.html", info=info, name=name)
+        values = await _form(request)
+        if forms.text(values, "confirm") != name:
+            raise InputError(f"to delete topic {name!r}, type its name to confirm")
+        await clients(request).admin.delete_topics([name])
+        return RedirectResponse("/topics", status_code=303)
+
+    # -- messages -------------------------------------------------------------------------------
+
+    async def messages(request: Request) -> Response:
+        name = request.path_params["name"]
+        admin = clients(request).admin
+        info = await model.describe_topic(admin, name)
+        q = request.query_params
+        all_partitions = [p.partition for p in info.partitions]
+        chosen_text = forms.text(q, "partition", "all") or "all"
+        if chosen_text == "all":
+            chosen = all_partitions
+        else:
+            chosen = [forms.integer(q, "partition", low=0, high=len(all_partitions) - 1)]
+        mode = forms.text(q, "mode", "oldest") or "oldest"
+        if mode not in MODES:
+            raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+        size = forms.integer(q, "limit", default=PAGE_SIZE, low=1, high=MAX_PAGE_SIZE)
+        search = forms.text(q, "q")
+        fields = forms.text(q, "in", "any") or "any"
+        if fields not in SEARCH_FIELDS:
+            raise InputError(f"search in {fields!r}: expected one of {', '.join(SEARCH_FIELDS)}")
+        max_records = forms.integer(
+            q, "max_records", default=SEARCH_RECORDS, low=1, high=MAX_SEARCH_RECORDS
+        )
+        max_seconds = forms.integer(
+            q, "max_seconds", default=SEARCH_SECONDS, low=1, high=MAX_SEARCH_SECONDS
+        )
+        tps = [TopicPartition(name, p) for p in chosen]
+        starts, ends = await model.offsets_of(admin, tps)
+        first = {tp.partition: starts[tp] for tp in tps if tp in starts}
+        last = {tp.partition: ends[tp] for tp in tps if tp in ends}
+        cursor_raw = forms.text(q, "cursor")
+        if cursor_raw:
+            begin = forms.cursor(cursor_raw, set(chosen))
+            begin = {p: max(begin.get(p, last[p]), first[p]) for p in chosen}
+        elif mode == "oldest":
+            begin = dict(first)
+        elif mode == "newest":
+            begin = {p: max(first[p], last[p] - size) for p in chosen}
+        elif mode == "offset":
+            offset = forms.integer(q, "offset", low=0)
+            begin = {p: min(max(offset, first[p]), last[p]) for p in chosen}
+        else:
+            when = forms.timestamp_ms(forms.text(q, "timestamp"))
+            found = await admin.list_offsets({tp: when for tp in tps})
+            begin = {
+                tp.partition: last[tp.partition] if r.offset < 0 else r.offset
+                for tp, r in found.items()
+            }
+        newest = mode == "newest" and not cursor_raw and not search
+        result = await scan(
+            clients(request).config.client(),
+            name,
+            begin,
+            last,
+            limit=size * len(chosen) if newest else size,
+            max_records=max_records if search else MAX_SEARCH_RECORDS,
+            max_seconds=max_seconds if search else BROWSE_SECONDS,
+            matcher=text_matcher(search, fields) if search else None,
+        )
+        records = _ordered(result, newest=newest, size=size)
+        params = {
+            "partition": chosen_text,
+            "mode": mode,
+            "limit": str(size),
+            "q": search,
+            "in": fields,
+            "max_records": str(max_records),
+            "max_seconds": str(max_seconds),
+        }
+        next_url = None
+        if not result.complete:
+            more = dict(params, cursor=forms.cursor_text(result.cursor()))
+            next_url = f"/topics/{name}/messages?{urlencode(more)}"
+        return page(
+            request,
+            "messages.html",
+            name=name,
+            info=info,
+            records=records,
+            result=result,
+            params=params,
+            search=search,
+            next_url=next_url,
+            form={**params, "offset": q.get("offset", ""), "timestamp": q.get("timestamp", "")},
+        )
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def produce_form(request: Request) -> Response:
+        writable()
+        admin = clients(request).admin
+        names = await admin.list_topics()
+        values = {"topic": request.query_params.get("topic", "")}
+        return page(request, "produce.html", topics=names, values=values, written=None)
+
+    async def produce(request: Request) -> Response:
+        writable()
+        admin = clients(request).admin
+        values = await _form(request)
+        name = forms.text(values, "topic")
+        if not name:
+            raise InputError("topic: required")
+        info = await model.describe_topic(admin, name)
+        partition: int | None = None
+        if forms.text(values, "partition"):
+            partition = forms.integer(
+                values, "partition", low=0, high=len(info.partitions) - 1, label="partition"
+            )
+        headers = [(k, v.encode()) for k, v in forms.pairs(values.get("headers", ""), "headers")]
+        key_text = values.get("key", "")
+        metadata = (
+            await clients(request)
+            .producer()
+            .send_and_wait(
+                name,
+                values.get("value", "").encode(),
+                key=key_text.encode() if key_text else None,
+                headers=headers,
+                partition=partition,
+            )
+        )
+        return page(
+            request,
+            "produce.html",
+            topics=await admin.list_topics(),
+            values=dict(values),
+            written=metadata,
+        )
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    async def groups(request: Request) -> Response:
+        admin = clients(request).admin
+        listed = await admin.list_groups()
+        rows = []
+        for g in listed:
+            detail = await model.group_detail(admin, g.group_id)
+            if detail is not None:
+                rows.append(detail)
+        return page(request, "groups.html", rows=rows)
+
+    async def group(request: Request) -> Response:
+        gid = request.path_params["group"]
+        detail = await _group(clients(request).admin, gid)
+        topics = sorted({r.tp.topic for r in detail.offsets})
+        return page(request, "group.html", detail=detail, topics=topics, kinds=RESET_KINDS)
+
+    async def reset(request: Request) -> Response:
+        writable()
+        gid = request.path_params["group"]
+        admin = clients(request).admin
+        detail = await _group(admin, gid)
+        values = await _form(request)
+        description = detail.description
+        if not description.is_inactive:
+            raise InputError(
+                f"offsets of group {gid!r} can be reset only when it is inactive, but its "
+                f"state is {description.state} with {len(description.members)} member(s); "
+                "stop its consumers first"
+            )
+        spec, partitions, exact = await _reset_request(admin, detail, values)
+        plan = await model.plan_group_reset(admin, gid, spec, partitions, exact)
+        execute = forms.text(values, "action") == "execute"
+        if execute:
+            await admin.alter_consumer_group_offsets(gid, plan)
+        current = {r.tp: r.committed for r in detail.offsets}
+        return page(
+            request,
+            "reset.html",
+            group=gid,
+            plan=sorted(plan.items()),
+            current=current,
+            executed=execute,
+            values=list(values.items()),
+        )
+
+    async def _group(admin: AIOAdmin, gid: str) -> model.GroupDetail:
+        detail = await model.group_detail(admin, gid)
+        if detail is None:
+            raise ClientError(
+                f"consumer group {gid!r} does not exist", code=ErrorCode.GROUP_ID_NOT_FOUND
+            )
+        return detail
+
+    async def _reset_request(
+        admin: AIOAdmin, detail: model.GroupDetail, values: dict[str, str]
+    ) -> tuple[ResetSpec, list[TopicPartition], dict[TopicPartition, int]]:
+        kind = forms.text(values, "kind")
+        if kind not in RESET_KINDS:
+            raise InputError(f"reset to {kind!r}: expected one of {', '.join(RESET_KINDS)}")
+        scope = forms.text(values, "topic", "*") or "*"
+        known = sorted({r.tp for r in detail.offsets})
+        if scope == "*":
+            partitions = known
+        else:
+            info = await model.describe_topic(admin, scope)
+            partitions = [TopicPartition(scope, p.partition) for p in info.partitions]
+        exact: dict[TopicPartition, int] = {}
+        if kind == "offset":
+            for tp in partitions:
+                field_name = f"offset|{tp.topic}|{tp.partition}"
+                if forms.text(values, field_name):
+                    exact[tp] = forms.integer(values, field_name, low=0, label=f"offset of {tp}")
+            partitions = sorted(exact)
+            if not partitions:
+                raise InputError(
+                    "reset to exact offsets: type an offset for at least one partition"
+                )
+            return ResetSpec("offset"), partitions, exact
+        if not partitions:
+            raise InputError(f"group {detail.description.group_id!r} has no partitions to reset")
+        if kind == "datetime":
+            return (
+                ResetSpec(kind, forms.timestamp_ms(forms.text(values, "datetime"))),
+                partitions,
+                {},
+            )
+        if kind == "shift":
+            return ResetSpec(kind, forms.integer(values, "shift", label="shift by")), partitions, {}
+        return ResetSpec(kind), partitions, {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.clients = Clients(config)
+        try:
+            yield
+        finally:
+            await app.state.clients.close()
+
+    routes = [
+        Route("/", overview),
+        Route("/topics", topics),
+        Route("/topics/new", topic_new),
+        Route("/topics", topic_create, methods=["POST"]),
+        Route("/topics/{name}", topic),
+        Route("/topics/{name}/delete", topic_delete, methods=["GET", "POST"]),
+        Route("/topics/{name}/messages", messages),
+        Route("/produce", produce_form),
+        Route("/produce", produce, methods=["POST"]),
+        Route("/groups", groups),
+        Route("/groups/{group}", group),
+        Route("/groups/{group}/reset", reset, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ClientError: on_client_error,
+            InputError: on_input_error,
+            HTTPException: on_http_error,
+            Exception: on_unexpected,
+        },
+    )
+    app.add_middleware(GuardMiddleware, config=config)
+    return app
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The form's text fields (the console's forms upload no files)."""
+    form = await request.form()
+    return {k: v for k, v in form.multi_items() if isinstance(v, str)}
+
+
+def _ordered(result: ScanResult, *, newest: bool, size: int) -> list[Any]:
+    if len(result.progress) == 1:
+        records = sorted(result.records, key=lambda r: r.offset)
+    else:
+        records = sorted(result.records, key=lambda r: (r.timestamp, r.partition, r.offset))
+    return records[-size:] if newest else records
+
+
+# -- authentication and cross-site requests ----------------------------------------------------
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class GuardMiddleware:
+    """Basic authentication of every path (pages, forms and static files) when a user is
+    configured, and, for every POST, a same-origin check: a browser that holds the console's
+    credentials must not be made to submit a form from another site."""
+
+    def __init__(
+        self, app: Callable[[Scope, Receive, Send], Awaitable[None]], config: ConsoleConfig
+    ) -> None:
+        self.app = app
+        self.config = config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.config.auth_user is not None and not self._authorized(headers.get("authorization")):
+            response: Response = Response(
+                "Authentication required.\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="tidelog console", charset="UTF-8"'},
+            )
+            await response(scope, receive, send)
+            return
+        if scope["method"] == "POST" and not _same_origin(headers):
+            response = Response("Cross-site form submissions are refused.\n", status_code=403)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, header: str | None) -> bool:
+        if not header or not header.lower().startswith("basic "):
+            return False
+        try:
+            decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+        except ValueError:
+            return False
+        user, sep, password = decoded.partition(":")
+        expected_user = self.config.auth_user or ""
+        expected_password = self.config.auth_password or ""
+        # Both compared in full, in constant time, so neither leaks by timing.
+        user_ok = hmac.compare_digest(user.encode(), expected_user.encode())
+        password_ok = hmac.compare_digest(password.encode(), expected_password.encode())
+        return bool(sep) and user_ok and password_ok
+
+
+def _same_origin(headers: dict[str, str]) -> bool:
+    """A POST whose Origin (or, without one, Referer) names another host is cross-site; one
+    with neither (curl, old browsers) is let through."""
+    source = headers.get("origin") or headers.get("referer")
+    if not source or source == "null":
+        return source != "null"
+    return urlsplit(source).netloc == headers.get("host", "")
+
+
+__all__ = ["ConsoleConfig", "GuardMiddleware", "create_app"]
