@@ -4,7 +4,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # command:debian-package pairs the interoperability tests drive.
-DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless promtool:prometheus
+DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless promtool:prometheus chromium:chromium \
+             chromedriver:chromium-driver
 
 .PHONY: test check serve lint typecheck layers pytest unit deps venv clean
 
@@ -25,7 +26,7 @@ $(BIN)/python:
 # Reinstall when the project's declared dependencies change.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,interop,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,interop,spark,console]'
 	touch $(STAMP)
 
 venv: $(STAMP)
