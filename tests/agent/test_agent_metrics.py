@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +16,7 @@ from agent_helpers import create_topic, read_topic, wait_for
 from interop_broker import BrokerProcess, free_port
 from interop_metrics import http_get, scrape, value
 
-from tidelog.agent import Agent
+from tidelog.agent import Agent, AgentClient
 from tidelog.agent.metrics import AgentMetricsServer
 from tidelog.client.errors import ConfigError
 
@@ -124,3 +127,39 @@ def test_ready_names_the_queues_whose_disk_is_full() -> None:
     full, freed = asyncio.run(main())
     assert full == (503, "not ready: queue disk full: b-2\n")
     assert freed == (200, "ready\n")
+
+
+def test_the_daemon_serves_metrics_and_logs_json_lines(tmp_path: Path) -> None:
+    port = free_port()
+    sock = tmp_path / "agent.sock"
+    daemon = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "tidelog", "agent", "--socket", str(sock)),
+            *("--bootstrap-server", f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "d")),
+            *("--log-format", "json", "--property", f"metrics.listener=http://127.0.0.1:{port}"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def serving() -> bool:
+            try:
+                return http_get(port, "/health")[0] == 200 and sock.exists()
+            except OSError:
+                return False
+
+        wait_for(serving)
+        with AgentClient(str(sock), timeout=10) as client:
+            for i in range(5):
+                client.send("held", b"e%d" % i, partition=0)
+        assert _figure(port, "tidelog_agent_queue_depth_events", "held", 0) == 5
+        assert _figure(port, "tidelog_agent_events_appended_total", "held", 0) == 5
+    finally:
+        daemon.terminate()
+        _, stderr = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, stderr
+    lines = [json.loads(line) for line in stderr.splitlines()]
+    messages = [line["message"] for line in lines]
+    assert f"agent metrics on http://127.0.0.1:{port}/metrics" in messages
+    assert f"agent serving on {sock}" in messages

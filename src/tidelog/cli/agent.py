@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tidelog.cli.output import (
     parse_pairs,
     print_table,
 )
+from tidelog.runtime.logs import LOG_FORMATS, configure_logging
 
 _COLUMNS = (
     ("TOPIC", "topic"),
@@ -63,6 +63,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line (as the broker's log.format)",
+    )
     parser.set_defaults(run=guarded("agent", _run_checked))
 
 
@@ -95,11 +101,7 @@ def _read_config(path: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(args)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, args.log_format)
     config: dict[str, Any] = _read_config(args.config) if args.config else {}
     config.update(parse_pairs(args.property, "--property"))
     if args.bootstrap_server:
