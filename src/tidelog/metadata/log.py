@@ -10,16 +10,18 @@ Durability: :meth:`MetadataLog.append` returns only after the batch is fsynced, 
 the caller applies it to the image, so nothing the controller acknowledged is lost and
 nothing lost was acknowledged.
 
-This module knows nothing of the controller: a Raft quorum can replicate the same log
-(follower appends with :meth:`MetadataLog.append_batches_as_follower`, the leader epoch
-of each batch is its Raft term) and brokers can replay it the same way.
+This module knows nothing of the controller: a Raft quorum replicates the same log
+(:class:`~tidelog.metadata.raft_log.FileRaftLog` appends batches that keep their offsets,
+the leader epoch of each batch is its Raft epoch, and flushes, truncates and trims it
+through the methods below) and brokers can replay it the same way.
 
-Retention: the metadata log is never trimmed (no snapshots yet), so replay at start
-reads it whole.
+Retention: nothing deletes metadata batches by age or size; the log before a Raft snapshot
+is deleted when the snapshot is written (:meth:`MetadataLog.delete_before`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -92,16 +94,22 @@ class MetadataLog:
         *,
         clock: Callable[[], int],
         fsync: FsyncFn = os.fsync,
+        segment_bytes: int | None = None,
     ) -> MetadataLog:
         """Open (creating when absent) ``<metadata_log_dir>/__cluster_metadata-0``.
 
         Every batch is re-checked on open (the log is small and must be exact): a torn or
         corrupt tail is truncated by storage recovery (see :attr:`recovery_report`).
+        ``segment_bytes`` (Kafka's ``metadata.log.segment.bytes``) overrides the segment
+        size, so that snapshots can delete whole segments of a small log.
         """
         directory = Path(metadata_log_dir) / f"{METADATA_TOPIC}-{METADATA_PARTITION}"
+        config = METADATA_LOG_CONFIG
+        if segment_bytes is not None:
+            config = dataclasses.replace(config, segment_bytes=segment_bytes)
         log = Log.open(
             directory,
-            METADATA_LOG_CONFIG,
+            config,
             topic=METADATA_TOPIC,
             partition=METADATA_PARTITION,
             clock=clock,
@@ -141,10 +149,93 @@ class MetadataLog:
         info = self._log.append(batch, leader_epoch=leader_epoch, durable=True)
         return info.first_offset
 
-    def append_batches_as_follower(self, batches: bytes | bytearray | memoryview) -> int:
-        """Append batches that keep their offsets (replication); returns the new end."""
-        self._log.append_as_follower(batches, durable=True)
+    def append_batches_as_follower(
+        self, batches: bytes | bytearray | memoryview, *, durable: bool = True
+    ) -> int:
+        """Append batches that keep their offsets (replication); returns the new end.
+
+        Durable on return unless ``durable`` is false (Raft appends, then calls
+        :meth:`sync` once for everything appended since)."""
+        self._log.append_as_follower(batches, durable=durable)
         return self._log.log_end_offset
+
+    # -- what Raft needs of the partition log -------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset the log holds (it moves with :meth:`delete_before`)."""
+        return self._log.log_start_offset
+
+    @property
+    def durable_end_offset(self) -> int:
+        """Everything below this offset is fsynced (the storage log's recovery point)."""
+        return min(self._log.recovery_point, self._log.log_end_offset)
+
+    def sync(self) -> None:
+        """fsync everything appended (concurrent callers share the fsync)."""
+        self._log.sync()
+
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding ``offset``: at least one, then while within
+        ``max_bytes``; empty at the log end."""
+        return self._log.read_bytes(offset, max_bytes, whole_batches=True)
+
+    def batch_base_offset(self, offset: int) -> int:
+        """The base offset of the batch holding ``offset`` (start <= offset < end)."""
+        piece = self._log.read(offset, 0)
+        if piece is None:
+            raise ValueError(f"no batch holds offset {offset} (log end {self.end_offset})")
+        with piece:
+            return piece.first_offset
+
+    def epoch_starts(self) -> list[tuple[int, int]]:
+        """The leader-epoch cache (``leader-epoch-checkpoint``): (epoch, first offset) for
+        each epoch the log holds, oldest first."""
+        return [(entry.epoch, entry.start_offset) for entry in self._log.epoch_cache.entries]
+
+    def repair_epoch_cache(self) -> bool:
+        """Check the leader-epoch cache against the batches' partitionLeaderEpoch and rebuild
+        it when they disagree (a lost or damaged ``leader-epoch-checkpoint``: the storage
+        log treats it as derived data, Raft relies on it). True when it was rebuilt."""
+        start, end = self._log.log_start_offset, self._log.log_end_offset
+        starts: list[tuple[int, int]] = []
+        offset = start
+        while offset < end:
+            data = self._log.read_bytes(offset, _READ_BYTES, whole_batches=True)
+            if not data:
+                break
+            for _, header in iter_batches(data, verify_crc=False):
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and (not starts or epoch > starts[-1][0]):
+                    starts.append((epoch, max(header.base_offset, start)))
+                offset = header.next_offset
+        if starts == self.epoch_starts():
+            return False
+        cache = self._log.epoch_cache
+        cache.clear_and_flush()
+        for epoch, first in starts:
+            cache.assign(epoch, first)
+        return True
+
+    def epoch_of(self, offset: int) -> int:
+        """The leader epoch of the batch holding ``offset`` (-1 when none is known)."""
+        return self._log.epoch_cache.epoch_for_offset(offset)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._log.latest_epoch
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset at or after ``offset``; durable on return."""
+        self._log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every batch; the log starts again, empty, at ``offset``."""
+        self._log.truncate_fully_and_start_at(offset)
+
+    def delete_before(self, offset: int) -> None:
+        """Move the log start up to ``offset`` and delete the segments wholly below it."""
+        self._log.delete_records(offset)
 
     # -- reading -----------------------------------------------------------------------
 
