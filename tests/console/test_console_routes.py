@@ -19,7 +19,7 @@ from console_pages import (
     progress_rows,
     row_cells,
 )
-from interop_broker import BrokerProcess
+from interop_broker import BrokerProcess, free_port
 from interop_data import wait_until
 from starlette.testclient import TestClient
 
@@ -526,3 +526,12 @@ def test_cross_site_posts_and_read_only_mode_are_refused(
         ].offset
         == 0
     )
+
+
+def test_an_unreachable_cluster_is_a_503_page() -> None:
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with TestClient(create_app(ConsoleConfig(nobody))) as client:
+        page = client.get("/")
+    assert page.status_code == 503
+    assert '<code class="code">NETWORK_EXCEPTION</code>' in page.text
+    assert "Traceback" not in page.text
