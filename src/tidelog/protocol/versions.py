@@ -93,6 +93,23 @@ SUPPORTED_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
 )
 """Every API Tidelog serves, by key."""
 
+# fmt: off
+_QUORUM_TABLE: tuple[VersionRange, ...] = (
+    # The metadata quorum's own APIs (KRaft), every version Kafka defines.
+    _serve(ApiKey.VOTE,                           0, 2),
+    _serve(ApiKey.BEGIN_QUORUM_EPOCH,             0, 1),
+    _serve(ApiKey.END_QUORUM_EPOCH,               0, 1),
+    _serve(ApiKey.DESCRIBE_QUORUM,                0, 2),
+    _serve(ApiKey.FETCH_SNAPSHOT,                 0, 1),
+)
+# fmt: on
+
+CONTROLLER_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
+    {entry.api_key: entry for entry in sorted((*_TABLE, *_QUORUM_TABLE), key=lambda e: e.api_key)}
+)
+"""What a controller listener serves: every API above plus the quorum's, which Kafka serves
+on controller listeners only (a Fetch there may also be of ``__cluster_metadata``)."""
+
 
 def restrict(
     api_keys: Iterable[int], table: Mapping[ApiKey, VersionRange] = SUPPORTED_VERSIONS
