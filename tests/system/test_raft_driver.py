@@ -1,0 +1,417 @@
+"""Three quorum drivers in one event loop, talking KRaft's Kafka APIs over loopback sockets.
+
+Each member is a real controller listener (the broker's :class:`BrokerServer` with the
+driver's handler table and the controller version table) and a :class:`RaftDriver` with its
+own in-memory log and quorum-state file from the test kit. Nothing is mocked between them:
+votes, BeginQuorumEpoch, Fetch long polls and their responses go through the project's
+framing on TCP. Tests wait for the state they need, never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tidelog.broker.broker import Broker
+from tidelog.broker.handlers import HANDLERS
+from tidelog.broker.partitions import Partitions
+from tidelog.broker.raft_driver import NotLeaderError, RaftDriver, parse_quorum_voters
+from tidelog.broker.reply import Handler
+from tidelog.broker.server import BrokerServer
+from tidelog.client.connection import Connection as ClientConnection
+from tidelog.metadata.errors import ConfigError
+from tidelog.metadata.raft import Entry, RaftConfig, Role
+from tidelog.metadata.raft.messages import FetchRequest, FetchResponse
+from tidelog.metadata.raft.store import QuorumStateStore, RaftLog
+from tidelog.metadata.raft.wire import (
+    METADATA_TOPIC,
+    read_describe_quorum,
+    read_response,
+    write_request,
+)
+from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.protocol.versions import CONTROLLER_VERSIONS
+from tidelog.storage import LogManager
+from tidelog.testing.sim_disk import SimQuorumStateStore, SimRaftLog
+
+CLUSTER = "q1ZL3LDRQXC5nDmM0mTuUQ"
+# Short timeouts keep elections quick on loopback; the rules do not depend on them.
+CONFIG = RaftConfig(
+    election_timeout_ms=300,
+    fetch_timeout_ms=600,
+    election_backoff_max_ms=300,
+    request_timeout_ms=500,
+    retry_backoff_ms=20,
+    fetch_max_wait_ms=200,
+)
+TIMEOUT_S = 20.0
+
+
+async def eventually(check: Callable[[], object], what: str, timeout: float = TIMEOUT_S) -> None:
+    """Wait until ``check()`` is true, yielding to the loop between looks."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Member:
+    """One voter: its controller listener, its driver, and the disk it keeps across restarts."""
+
+    def __init__(self, node_id: int, data_dir: Path, log: RaftLog, store: QuorumStateStore) -> None:
+        self.node_id = node_id
+        self.log = log
+        self.store = store
+        self.logs = LogManager([data_dir], clock=lambda: 0)
+        self.logs.open()
+        self.broker = Broker(node_id=node_id, partitions=Partitions(self.logs), clock=lambda: 0)
+        self.handlers: dict[int, Handler] = {}
+        self.server: BrokerServer | None = None
+        self.driver: RaftDriver | None = None
+        self.port = 0
+        self.committed: list[Entry] = []
+
+    async def listen(self) -> None:
+        # The table is filled once the driver exists; the server reads it per request.
+        self.server = BrokerServer(
+            self.broker,
+            "127.0.0.1",
+            self.port,
+            self.handlers,
+            CONTROLLER_VERSIONS,
+            max_frame_size=1 << 24,
+            max_in_flight=64,
+            shutdown_grace_s=2.0,
+            listener="CONTROLLER",
+        )
+        await self.server.start()
+        self.port = self.server.port
+
+    async def start(self, voters: dict[int, tuple[str, int]]) -> None:
+        self.committed = []
+        self.driver = RaftDriver(
+            node_id=self.node_id,
+            voters=voters,
+            cluster_id=CLUSTER,
+            log=self.log,
+            store=self.store,
+            config=CONFIG,
+        )
+        self.handlers.clear()
+        self.handlers.update(self.driver.listener_handlers(HANDLERS))
+        await self.driver.start()
+        self.driver.subscribe(self.committed.extend)
+
+    async def stop(self) -> None:
+        """Close the driver and the listener with every socket (a node going away)."""
+        if self.driver is not None:
+            await self.driver.close()
+        if self.server is not None:
+            await self.server.shutdown()
+            self.server = None
+
+    def records(self) -> list[bytes]:
+        return [record for entry in self.committed if not entry.control for record in entry.records]
+
+    @property
+    def d(self) -> RaftDriver:
+        assert self.driver is not None
+        return self.driver
+
+
+class Quorum:
+    def __init__(self, tmp_path: Path, disks: Callable[[int], tuple[RaftLog, QuorumStateStore]]):
+        self.members = {n: Member(n, tmp_path / f"node{n}", *disks(n)) for n in (1, 2, 3)}
+        self.voters: dict[int, tuple[str, int]] = {}
+
+    async def start(self) -> None:
+        for member in self.members.values():
+            await member.listen()
+        self.voters = {n: ("127.0.0.1", m.port) for n, m in self.members.items()}
+        for member in self.members.values():
+            await member.start(self.voters)
+
+    async def stop(self) -> None:
+        for member in self.members.values():
+            await member.stop()
+        for member in self.members.values():
+            member.logs.close()
+
+    def running(self) -> list[Member]:
+        return [m for m in self.members.values() if m.server is not None]
+
+    def leader(self, among: list[Member] | None = None) -> Member | None:
+        """The one member that leads, if the running members agree on it."""
+        members = among if among is not None else self.running()
+        leaders = [m for m in members if m.d.role is Role.LEADER]
+        if len(leaders) != 1:
+            return None
+        leader = leaders[0]
+        if all(m.d.leader_id == leader.node_id and m.d.epoch == leader.d.epoch for m in members):
+            return leader
+        return None
+
+    async def elected(self, among: list[Member] | None = None) -> Member:
+        await eventually(lambda: self.leader(among) is not None, "a leader all members follow")
+        leader = self.leader(among)
+        assert leader is not None
+        return leader
+
+
+def in_memory(_: int) -> tuple[RaftLog, QuorumStateStore]:
+    return SimRaftLog(), SimQuorumStateStore()
+
+
+def run_quorum(
+    tmp_path: Path,
+    scenario: Callable[[Quorum], Awaitable[None]],
+    disks: Callable[[int], tuple[RaftLog, QuorumStateStore]] = in_memory,
+) -> None:
+    async def main() -> None:
+        quorum = Quorum(tmp_path, disks)
+        await quorum.start()
+        try:
+            await scenario(quorum)
+        finally:
+            await quorum.stop()
+
+    asyncio.run(main())
+
+
+async def commit_on(leader: Member, values: list[bytes]) -> int:
+    """Propose each value as its own entry; the last offset once all are committed."""
+    offsets = await asyncio.gather(*(leader.d.propose([v]) for v in values))
+    # A future resolves once the entry is committed: below the leader's high watermark.
+    assert leader.d.high_watermark > max(offsets)
+    return max(offsets)
+
+
+def test_a_leader_is_elected_and_proposals_commit_on_all_three(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        leader = await quorum.elected()
+        assert leader.d.epoch >= 1
+        values = [f"record-{i}".encode() for i in range(20)]
+        last = await commit_on(leader, values)
+        # Committed on the leader means held by a majority; all three catch up.
+        await eventually(
+            lambda: all(m.d.high_watermark > last for m in quorum.running()),
+            "every member's high watermark past the last proposal",
+        )
+        await eventually(
+            lambda: all(m.records() == values for m in quorum.running()),
+            "every subscriber to see the records in order",
+        )
+        # A batch proposed together is one entry, committed whole.
+        batch = [b"a", b"b", b"c"]
+        end = await leader.d.propose(batch)
+        await eventually(
+            lambda: all(m.records()[-3:] == batch for m in quorum.running()),
+            "the batch on every member",
+        )
+        entry = next(e for e in quorum.members[1].committed if e.records == tuple(batch))
+        assert entry.offset + 2 == end
+
+    run_quorum(tmp_path, scenario)
+
+
+def test_a_proposal_on_a_follower_fails_with_not_leader_or_follower(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        leader = await quorum.elected()
+        follower = next(m for m in quorum.running() if m is not leader)
+        with pytest.raises(NotLeaderError) as caught:
+            await follower.d.propose([b"nope"])
+        assert caught.value.code is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert caught.value.leader_id == leader.node_id
+        assert b"nope" not in leader.records()
+
+    run_quorum(tmp_path, scenario)
+
+
+def test_the_others_elect_a_new_leader_and_the_old_one_catches_up(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        first = await quorum.elected()
+        old_epoch = first.d.epoch
+        before = [f"before-{i}".encode() for i in range(10)]
+        await commit_on(first, before)
+        # A proposal still waiting when its leader goes away is failed, not left hanging.
+        pending = first.d.propose([b"maybe"])
+        await first.stop()
+        with pytest.raises(NotLeaderError):
+            await pending
+
+        rest = quorum.running()
+        second = await quorum.elected(rest)
+        assert second is not first
+        assert second.d.epoch > old_epoch
+        after = [f"after-{i}".encode() for i in range(10)]
+        last = await commit_on(second, after)
+        await eventually(lambda: all(m.d.high_watermark > last for m in rest), "the two to commit")
+        for member in rest:
+            assert [r for r in member.records() if r != b"maybe"] == before + after
+
+        # The old leader comes back on its address with the log it had.
+        await first.listen()
+        await first.start(quorum.voters)
+        await eventually(
+            lambda: first.d.role is Role.FOLLOWER and first.d.leader_id == second.node_id,
+            "the restarted node to follow the new leader",
+        )
+        await eventually(
+            lambda: first.d.high_watermark >= second.d.high_watermark > last,
+            "the restarted node to catch up",
+        )
+        assert first.records() == second.records()
+        # It takes part again: a new entry commits on all three.
+        final = await second.d.propose([b"final"])
+        await eventually(
+            lambda: all(m.d.high_watermark > final for m in quorum.running()),
+            "the last entry on all three",
+        )
+        assert all(m.records()[-1] == b"final" for m in quorum.running())
+
+    run_quorum(tmp_path, scenario)
+
+
+def test_describe_quorum_is_answered_over_a_socket(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        leader = await quorum.elected()
+        last = await commit_on(leader, [b"x", b"y", b"z"])
+        await eventually(
+            lambda: all(m.d.high_watermark > last for m in quorum.running()),
+            "all three to hold the entries",
+        )
+        describe = {
+            "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]
+        }
+
+        async def ask(member: Member) -> Any:
+            connection = ClientConnection("127.0.0.1", member.port, client_id="admin")
+            await connection.connect()
+            try:
+                return await connection.call(ApiKey.DESCRIBE_QUORUM, describe, version=2)
+            finally:
+                await connection.close()
+
+        hw = leader.d.high_watermark
+
+        async def settled() -> Any:
+            # The followers' fetch offsets reach the leader with their next Fetch.
+            while True:
+                answer = read_describe_quorum(await ask(leader))
+                assert not isinstance(answer, ErrorCode), answer
+                if all(v.log_end_offset == hw for v in answer.voters):
+                    return answer
+                await asyncio.sleep(0.01)
+
+        answer = await asyncio.wait_for(settled(), TIMEOUT_S)
+        assert answer.leader_id == leader.node_id
+        assert answer.leader_epoch == leader.d.epoch
+        assert answer.high_watermark == hw
+        assert sorted(v.replica_id for v in answer.voters) == [1, 2, 3]
+        assert all(v.last_caught_up_timestamp > 0 for v in answer.voters)
+        assert answer.observers == ()
+        follower = next(m for m in quorum.running() if m is not leader)
+        assert read_describe_quorum(await ask(follower)) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    run_quorum(tmp_path, scenario)
+
+
+def test_a_held_fetch_is_answered_when_its_leader_steps_down(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        leader = await quorum.elected()
+        await commit_on(leader, [b"x"])
+        connection = ClientConnection("127.0.0.1", leader.port, client_id="observer-9")
+        await connection.connect()
+
+        async def fetch() -> FetchResponse:
+            log = leader.d.node.log
+            request = write_request(
+                FetchRequest(
+                    replica_id=9,
+                    current_leader_epoch=leader.d.epoch,
+                    fetch_offset=log.end_offset(),
+                    last_fetched_epoch=log.last_epoch(),
+                    max_bytes=1 << 20,
+                    # Longer than the test waits: only the step-down can answer it in time.
+                    max_wait_ms=60_000,
+                ),
+                cluster_id=CLUSTER,
+                destination=leader.node_id,
+            )
+            values = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+            response = await connection.call(
+                ApiKey.FETCH, values, version=int(request.__version__), timeout_ms=120_000
+            )
+            message = read_response(response)
+            assert isinstance(message, FetchResponse)
+            return message
+
+        try:
+            # An observer's first Fetch is answered at once (it learns the high watermark);
+            # the second has nothing new and is held.
+            assert (await fetch()).error is ErrorCode.NONE
+            held = asyncio.create_task(fetch())
+            await eventually(lambda: 9 in leader.d.waiting_on, "the leader to hold the Fetch")
+            assert 9 in _observers(leader)
+            await leader.d.resign()
+            answer = await asyncio.wait_for(held, TIMEOUT_S)
+            assert answer.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        finally:
+            await connection.close()
+
+    run_quorum(tmp_path, scenario)
+
+
+def _observers(member: Member) -> set[int]:
+    description = member.d.describe()
+    return {o.replica_id for o in description.observers} if description is not None else set()
+
+
+def test_other_fetches_on_the_controller_listener_still_reach_the_partitions(
+    tmp_path: Path,
+) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        await quorum.elected()
+        member = quorum.members[1]
+        connection = ClientConnection("127.0.0.1", member.port, client_id="consumer")
+        await connection.connect()
+        try:
+            response = await connection.call(
+                ApiKey.FETCH,
+                {
+                    "max_wait": 0,
+                    "topics": [
+                        {
+                            "topic": "orders",
+                            "partitions": [{"partition": 0, "fetch_offset": 0}],
+                        }
+                    ],
+                },
+                version=12,
+            )
+        finally:
+            await connection.close()
+        partition = response.responses[0].partitions[0]
+        # The broker's Fetch handler answered: this node hosts no such partition.
+        assert (
+            ErrorCode.from_wire(int(partition.error_code)) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+
+    run_quorum(tmp_path, scenario)
+
+
+def test_quorum_voters_are_read_as_kafka_writes_them() -> None:
+    assert parse_quorum_voters("1@localhost:9093,2@10.0.0.2:9093, 3@[::1]:9094") == {
+        1: ("localhost", 9093),
+        2: ("10.0.0.2", 9093),
+        3: ("::1", 9094),
+    }
+    for bad in ("1@localhost", "x@host:1", "1@host:1,1@other:2", "1@host:99999", ""):
+        with pytest.raises(ConfigError, match=r"controller\.quorum\.voters"):
+            parse_quorum_voters(bad)
