@@ -316,6 +316,24 @@ def test_describe_quorum_is_answered_over_a_socket(tmp_path: Path) -> None:
         assert sorted(v.replica_id for v in answer.voters) == [1, 2, 3]
         assert all(v.last_caught_up_timestamp > 0 for v in answer.voters)
         assert answer.observers == ()
+
+        # A node outside the voters (a broker) fetches as an observer: it finds the leader,
+        # catches up, and is listed apart from the voters.
+        observer = Member(4, tmp_path / "node4", *in_memory(4))
+        quorum.members[4] = observer
+        await observer.listen()
+        await observer.start(quorum.voters)
+        await eventually(
+            lambda: observer.records() == leader.records() and observer.d.high_watermark == hw,
+            "the observer to catch up",
+        )
+        assert observer.d.role is Role.FOLLOWER and observer.d.leader_id == leader.node_id
+        answer = read_describe_quorum(await ask(leader))
+        assert not isinstance(answer, ErrorCode)
+        assert [o.replica_id for o in answer.observers] == [4]
+        assert sorted(v.replica_id for v in answer.voters) == [1, 2, 3]
+        with pytest.raises(NotLeaderError):
+            await observer.d.propose([b"observers never lead"])
         follower = next(m for m in quorum.running() if m is not leader)
         assert read_describe_quorum(await ask(follower)) is ErrorCode.NOT_LEADER_OR_FOLLOWER
 

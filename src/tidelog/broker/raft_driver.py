@@ -417,7 +417,14 @@ class RaftDriver:
         if isinstance(result.message, FetchRequest):
             self._observe_fetch(result.message)
         envelope = Envelope(result.source, self.node_id, correlation, result.message)
-        self._apply(node.step(envelope, self._now()))
+        try:
+            effects = node.step(envelope, self._now())
+        except BaseException:
+            # The connection that brought it closes (the dispatcher's rule for a failed
+            # handler); nothing is left waiting for it here.
+            del self._held[correlation]
+            raise
+        self._apply(effects)
         return future
 
     def listener_handlers(self, base: Mapping[int, Handler]) -> dict[int, Handler]:
