@@ -7,6 +7,7 @@ checked against what was written, and what the pages change is read back with th
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 from collections.abc import Iterator
@@ -23,7 +24,15 @@ from interop_broker import BrokerProcess, free_port
 from interop_data import wait_until
 from starlette.testclient import TestClient
 
-from tidelog.client import Admin, Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition
+from tidelog.client import (
+    Admin,
+    ConfigResource,
+    Consumer,
+    NewTopic,
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+)
 from tidelog.console.app import ConsoleConfig, create_app
 
 pytestmark = pytest.mark.slow
@@ -535,3 +544,69 @@ def test_an_unreachable_cluster_is_a_503_page() -> None:
     assert page.status_code == 503
     assert '<code class="code">NETWORK_EXCEPTION</code>' in page.text
     assert "Traceback" not in page.text
+
+
+def test_topic_configs_are_set_and_returned_to_default(
+    console: TestClient, admin: Admin, topic_name: str
+) -> None:
+    make_topic(admin, topic_name, 1)
+    resource = ConfigResource("topic", topic_name)
+    url = f"/topics/{topic_name}/configs"
+    done = console.post(url, data={"config": "retention.ms", "value": "7200000", "action": "set"})
+    assert done.status_code == 200  # the topic page, after the redirect
+    entry = admin.describe_configs([resource])[resource]["retention.ms"]
+    assert (entry.value, entry.source) == ("7200000", "DYNAMIC_TOPIC_CONFIG")
+    assert re.search(r"<code>retention.ms</code></td>\s*<td><code>7200000</code>", done.text)
+
+    bad = console.post(url, data={"config": "retention.ms", "value": "soon", "action": "set"})
+    assert bad.status_code == 400
+    assert '<code class="code">INVALID_CONFIG</code>' in bad.text
+
+    console.post(url, data={"config": "retention.ms", "action": "delete"})
+    assert admin.describe_configs([resource])[resource]["retention.ms"].is_default
+
+
+def test_a_page_of_search_results_downloads_as_json_lines(
+    console: TestClient, broker: BrokerProcess, admin: Admin, topic_name: str
+) -> None:
+    make_topic(admin, topic_name, 1)
+    produce(
+        broker,
+        topic_name,
+        [{"value": f"row {i}".encode(), "key": b"k"} for i in range(20)]
+        + [
+            {"value": b"\xfe\xffrow-binary", "headers": [("h", b"row-header")]},
+            {"value": b"text row-2"},
+        ],
+    )
+    page = console.get(f"/topics/{topic_name}/messages", params={"q": "row-"}).text
+    assert element_text(page, "found-count") == "2"
+    link = re.search(r'id="download" href="([^"]+)"|href="([^"]+)" id="download"', page)
+    assert link is not None
+    # More records after the search: the download keeps to the searched range.
+    produce(broker, topic_name, [{"value": b"row-late"}])
+    download = console.get(html.unescape(link.group(1) or link.group(2)))
+    assert download.headers["content-type"].startswith("application/x-ndjson")
+    assert "attachment" in download.headers["content-disposition"]
+    lines = [json.loads(line) for line in download.text.splitlines()]
+    assert [(r["offset"], r["value"], r["value_encoding"]) for r in lines] == [
+        (20, b"\xfe\xffrow-binary".hex(), "hex"),
+        (21, "text row-2", "utf-8"),
+    ]
+    assert lines[0]["headers"] == [{"name": "h", "value": "row-header", "encoding": "utf-8"}]
+    assert (lines[1]["key"], lines[1]["key_encoding"]) == (None, "null")
+
+
+def test_an_inactive_group_is_deleted_after_confirmation(
+    console: TestClient, broker: BrokerProcess, admin: Admin, topic_name: str
+) -> None:
+    make_topic(admin, topic_name, 1)
+    group = f"g-{topic_name}"
+    commit(broker, group, {TopicPartition(topic_name, 0): 0})
+    url = f"/groups/{group}/delete"
+    refused = console.post(url, data={"confirm": "something else"})
+    assert refused.status_code == 400
+    assert group in [g.group_id for g in admin.list_groups()]
+    done = console.post(url, data={"confirm": group}, follow_redirects=False)
+    assert done.status_code == 303
+    assert group not in [g.group_id for g in admin.list_groups()]

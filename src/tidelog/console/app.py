@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hmac
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -33,8 +34,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from tidelog.client import (
+    AlterConfigOp,
     BrokerConnectionError,
     ClientError,
+    ConfigResource,
+    ConsumerRecord,
     NewTopic,
     PartialFailureError,
     RequestTimeoutError,
@@ -241,6 +245,21 @@ def create_app(config: ConsoleConfig) -> Starlette:
         await clients(request).admin.delete_topics([name])
         return RedirectResponse("/topics", status_code=303)
 
+    async def topic_config(request: Request) -> Response:
+        writable()
+        name = request.path_params["name"]
+        values = await _form(request)
+        key = forms.text(values, "config")
+        if not key:
+            raise InputError("config name: required")
+        if forms.text(values, "action") == "delete":
+            op = AlterConfigOp(key, None, "delete")
+        else:
+            op = AlterConfigOp(key, values.get("value", ""), "set")
+        await model.describe_topic(clients(request).admin, name)
+        await clients(request).admin.alter_configs({ConfigResource("topic", name): [op]})
+        return RedirectResponse(f"/topics/{name}#configuration", status_code=303)
+
     # -- messages -------------------------------------------------------------------------------
 
     async def messages(request: Request) -> Response:
@@ -272,6 +291,12 @@ def create_app(config: ConsoleConfig) -> Starlette:
         starts, ends = await model.offsets_of(admin, tps)
         first = {tp.partition: starts[tp] for tp in tps if tp in starts}
         last = {tp.partition: ends[tp] for tp in tps if tp in ends}
+        until_raw = forms.text(q, "until")
+        if until_raw:
+            # The end offsets of the search a next page or a download continues: the same
+            # range, whatever was written since.
+            until = forms.cursor(until_raw, set(chosen))
+            last = {p: min(last[p], until.get(p, last[p])) for p in chosen}
         cursor_raw = forms.text(q, "cursor")
         if cursor_raw:
             begin = forms.cursor(cursor_raw, set(chosen))
@@ -310,11 +335,22 @@ def create_app(config: ConsoleConfig) -> Starlette:
             "in": fields,
             "max_records": str(max_records),
             "max_seconds": str(max_seconds),
+            "until": forms.cursor_text(last),
         }
+        if forms.text(q, "download") == "json":
+            return _download(name, records)
         next_url = None
         if not result.complete:
             more = dict(params, cursor=forms.cursor_text(result.cursor()))
             next_url = f"/topics/{name}/messages?{urlencode(more)}"
+        # The same request again, bounded by the same end offsets, as a file.
+        this_page = dict(
+            params,
+            offset=q.get("offset", ""),
+            timestamp=q.get("timestamp", ""),
+            cursor=cursor_raw,
+            download="json",
+        )
         return page(
             request,
             "messages.html",
@@ -325,6 +361,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
             params=params,
             search=search,
             next_url=next_url,
+            download_url=f"/topics/{name}/messages?{urlencode(this_page)}",
             form={**params, "offset": q.get("offset", ""), "timestamp": q.get("timestamp", "")},
         )
 
@@ -418,6 +455,16 @@ def create_app(config: ConsoleConfig) -> Starlette:
             values=list(values.items()),
         )
 
+    async def group_delete(request: Request) -> Response:
+        writable()
+        gid = request.path_params["group"]
+        values = await _form(request)
+        if forms.text(values, "confirm") != gid:
+            raise InputError(f"to delete group {gid!r}, type its name to confirm")
+        # The coordinator refuses a group with members (NON_EMPTY_GROUP), shown as such.
+        await clients(request).admin.delete_groups([gid])
+        return RedirectResponse("/groups", status_code=303)
+
     async def _group(admin: AIOAdmin, gid: str) -> model.GroupDetail:
         detail = await model.group_detail(admin, gid)
         if detail is None:
@@ -478,12 +525,14 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/topics", topic_create, methods=["POST"]),
         Route("/topics/{name}", topic),
         Route("/topics/{name}/delete", topic_delete, methods=["GET", "POST"]),
+        Route("/topics/{name}/configs", topic_config, methods=["POST"]),
         Route("/topics/{name}/messages", messages),
         Route("/produce", produce_form),
         Route("/produce", produce, methods=["POST"]),
         Route("/groups", groups),
         Route("/groups/{group}", group),
         Route("/groups/{group}/reset", reset, methods=["POST"]),
+        Route("/groups/{group}/delete", group_delete, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(
@@ -506,7 +555,38 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v for k, v in form.multi_items() if isinstance(v, str)}
 
 
-def _ordered(result: ScanResult, *, newest: bool, size: int) -> list[Any]:
+def _download(topic: str, records: list[ConsumerRecord]) -> Response:
+    """The records of a page as JSON lines, keys, values and header values as UTF-8 text or,
+    when they are not, hex (``*_encoding`` says which)."""
+    lines = []
+    for r in records:
+        key, key_encoding = render.text_or_hex(r.key)
+        value, value_encoding = render.text_or_hex(r.value)
+        headers = []
+        for hname, hvalue in r.headers:
+            text, encoding = render.text_or_hex(hvalue)
+            headers.append({"name": hname, "value": text, "encoding": encoding})
+        line = {
+            "topic": r.topic,
+            "partition": r.partition,
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": key,
+            "key_encoding": key_encoding,
+            "value": value,
+            "value_encoding": value_encoding,
+            "headers": headers,
+        }
+        lines.append(json.dumps(line, ensure_ascii=False))
+    body = "".join(f"{line}\n" for line in lines)
+    return Response(
+        body,
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": f'attachment; filename="{topic}-messages.jsonl"'},
+    )
+
+
+def _ordered(result: ScanResult, *, newest: bool, size: int) -> list[ConsumerRecord]:
     if len(result.progress) == 1:
         records = sorted(result.records, key=lambda r: r.offset)
     else:

@@ -38,6 +38,14 @@ def show_bytes(data: bytes | None, limit: int = SHOWN_BYTES) -> Shown:
     return Shown("text", text, size, truncated)
 
 
+def text_or_hex(data: bytes | None) -> tuple[str | None, str]:
+    """``data`` whole as (UTF-8 text, "utf-8"), or (hex, "hex") when it is not UTF-8."""
+    if data is None:
+        return None, "null"
+    text = _utf8(data, cut=False)
+    return (text, "utf-8") if text is not None else (data.hex(), "hex")
+
+
 def _utf8(data: bytes, *, cut: bool) -> str | None:
     """``data`` decoded, or None if it is not UTF-8. A cut may split the last character (up
     to 3 of its bytes), which does not make the rest binary."""
