@@ -19,6 +19,8 @@ Rules of replay:
 * RemoveTopicRecord drops the topic, its partitions and its config overrides;
 * ConfigRecord sets or deletes one key of a topic or broker resource;
 * RegisterBrokerRecord (re)registers a broker whose epoch is the record's offset;
+  BrokerRegistrationChangeRecord fences, unfences or marks in controlled shutdown,
+  and UnregisterBrokerRecord removes, the registration of the epoch it names;
 * ProducerIdsRecord moves the next producer id block forward, never back.
 
 A record that breaks these rules (a partition of an unknown topic ...) raises
@@ -38,6 +40,7 @@ from typing import TypeVar
 from tidelog.metadata.errors import MetadataReplayError
 from tidelog.metadata.records import (
     BrokerEndpoint,
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -47,6 +50,7 @@ from tidelog.metadata.records import (
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnregisterBrokerRecord,
 )
 
 __all__ = [
@@ -100,6 +104,16 @@ class BrokerRegistration:
     epoch: int
     endpoints: tuple[BrokerEndpoint, ...]
     rack: str | None
+    #: A fenced broker leads nothing and is not given to clients.
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    log_dirs: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        """Whether it may lead partitions: unfenced and not shutting down (Kafka's
+        ``isActive``)."""
+        return not self.fenced and not self.in_controlled_shutdown
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,9 @@ class MetadataDelta:
     #: Broker config resources ("" or a node id) whose dynamic configs changed.
     changed_broker_configs: frozenset[str] = frozenset()
     registered_brokers: tuple[int, ...] = ()
+    #: Brokers fenced, unfenced or put in controlled shutdown.
+    changed_brokers: tuple[int, ...] = ()
+    unregistered_brokers: tuple[int, ...] = ()
     producer_ids_changed: bool = False
     features_changed: bool = False
 
@@ -132,6 +149,8 @@ class MetadataDelta:
             or self.changed_topic_configs
             or self.changed_broker_configs
             or self.registered_brokers
+            or self.changed_brokers
+            or self.unregistered_brokers
             or self.producer_ids_changed
             or self.features_changed
         )
@@ -194,6 +213,10 @@ class MetadataImage:
     def broker_config(self, resource_name: str) -> Mapping[str, str]:
         """Dynamic configs of a broker resource ("" is the cluster-wide default)."""
         return self.broker_configs.get(resource_name, _EMPTY)
+
+    def unfenced_brokers(self) -> list[BrokerRegistration]:
+        """The registered brokers that are not fenced, by id: those clients are given."""
+        return [r for _, r in sorted(self.brokers.items()) if not r.fenced]
 
     # -- replay ------------------------------------------------------------------------
 
@@ -258,6 +281,8 @@ class _Replay:
         self.changed_topic_configs: set[str] = set()
         self.changed_broker_configs: set[str] = set()
         self.registered: list[int] = []
+        self.changed_brokers: list[int] = []
+        self.unregistered: list[int] = []
         self.producer_ids_changed = False
         self.features_changed = False
 
@@ -281,6 +306,14 @@ class _Replay:
             parts = dict(topic.partitions)
             self.partitions[topic.topic_id] = parts
         return parts
+
+    def _registration(self, broker_id: int, epoch: int, what: str) -> BrokerRegistration:
+        registration = self.brokers.get(broker_id)
+        if registration is None or registration.epoch != epoch:
+            raise MetadataReplayError(
+                f"{what} names broker {broker_id} at epoch {epoch}, which is not registered"
+            )
+        return registration
 
     def apply(self, offset: int, record: MetadataRecord) -> None:
         self.offset = offset
@@ -353,10 +386,36 @@ class _Replay:
         elif isinstance(record, RegisterBrokerRecord):
             brokers = dict(self.brokers)
             brokers[record.broker_id] = BrokerRegistration(
-                record.broker_id, record.incarnation_id, offset, record.endpoints, record.rack
+                record.broker_id,
+                record.incarnation_id,
+                offset,
+                record.endpoints,
+                record.rack,
+                record.fenced,
+                record.in_controlled_shutdown,
+                record.log_dirs,
             )
             self.brokers = brokers
             self.registered.append(record.broker_id)
+        elif isinstance(record, BrokerRegistrationChangeRecord):
+            known = self._registration(record.broker_id, record.broker_epoch, "registration change")
+            shutting_down = record.in_controlled_shutdown
+            brokers = dict(self.brokers)
+            brokers[record.broker_id] = dataclasses.replace(
+                known,
+                fenced=known.fenced if record.fenced is None else record.fenced,
+                in_controlled_shutdown=(
+                    known.in_controlled_shutdown if shutting_down is None else shutting_down
+                ),
+            )
+            self.brokers = brokers
+            self.changed_brokers.append(record.broker_id)
+        elif isinstance(record, UnregisterBrokerRecord):
+            self._registration(record.broker_id, record.broker_epoch, "unregistration")
+            brokers = dict(self.brokers)
+            del brokers[record.broker_id]
+            self.brokers = brokers
+            self.unregistered.append(record.broker_id)
         elif isinstance(record, ProducerIdsRecord):
             if record.next_producer_id < self.next_producer_id:
                 raise MetadataReplayError(
@@ -422,6 +481,8 @@ class _Replay:
             ),
             changed_broker_configs=frozenset(self.changed_broker_configs),
             registered_brokers=tuple(self.registered),
+            changed_brokers=tuple(self.changed_brokers),
+            unregistered_brokers=tuple(self.unregistered),
             producer_ids_changed=self.producer_ids_changed,
             features_changed=self.features_changed,
         )

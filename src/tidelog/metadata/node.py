@@ -56,7 +56,7 @@ def build_metadata_node(config: BrokerConfig, runtime: Runtime) -> MetadataNode:
         loader = MetadataLoader(MetadataImage.empty(cluster_id))
         loader.replay(log.batches())
         controller = Controller(config, log, loader, runtime)
-        controller.register_broker()
+        controller.register_local_broker()
     except BaseException:
         log.close()
         raise

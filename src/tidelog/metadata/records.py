@@ -29,6 +29,7 @@ from tidelog.metadata.errors import MetadataRecordError
 
 __all__ = [
     "BrokerEndpoint",
+    "BrokerRegistrationChangeRecord",
     "ConfigRecord",
     "FeatureLevelRecord",
     "MetadataRecord",
@@ -39,6 +40,7 @@ __all__ = [
     "RegisterBrokerRecord",
     "RemoveTopicRecord",
     "TopicRecord",
+    "UnregisterBrokerRecord",
     "decode_record",
     "encode_record",
 ]
@@ -56,6 +58,8 @@ class RecordType(enum.IntEnum):
     REMOVE_TOPIC = 6
     PRODUCER_IDS = 7
     FEATURE_LEVEL = 8
+    UNREGISTER_BROKER = 11
+    BROKER_REGISTRATION_CHANGE = 12
 
 
 Json = dict[str, object]
@@ -112,6 +116,28 @@ class _Fields:
     def opt_integer(self, name: str) -> int | None:
         return None if self.body.get(name) is None else self.integer(name)
 
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.body.get(name, default)
+        if not isinstance(value, bool):
+            raise self._fail(name, "a boolean")
+        return value
+
+    def opt_flag(self, name: str) -> bool | None:
+        value = self.body.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise self._fail(name, "a boolean or null")
+        return value
+
+    def uids(self, name: str) -> tuple[uuid.UUID, ...]:
+        """A list of UUIDs (empty when the field is absent)."""
+        value = self.body.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self._fail(name, "a list of UUIDs")
+        try:
+            return tuple(uuid.UUID(item) for item in value)
+        except ValueError:
+            raise self._fail(name, "a list of UUIDs") from None
+
     def objects(self, name: str) -> list[Mapping[str, object]]:
         value = self.body.get(name)
         if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
@@ -129,9 +155,13 @@ class BrokerEndpoint:
 
 @dataclass(frozen=True)
 class RegisterBrokerRecord:
-    """A broker (here: this node) registered; ``incarnation_id`` is new at every start.
+    """A broker registered (Kafka's RegisterBrokerRecord); ``incarnation_id`` is new at
+    every start of the broker process.
 
-    The broker epoch is the offset of this record in the metadata log (as in KRaft).
+    The broker epoch is the offset of this record in the metadata log (as in KRaft). A
+    broker registers fenced, as in Kafka: it is given no leadership until a heartbeat
+    shows it has caught up with the metadata log. ``log_dirs`` are its log directory ids.
+    A record written before these fields existed reads as fenced, not shutting down.
     """
 
     TYPE: ClassVar[RecordType] = RecordType.REGISTER_BROKER
@@ -139,6 +169,9 @@ class RegisterBrokerRecord:
     incarnation_id: uuid.UUID
     endpoints: tuple[BrokerEndpoint, ...]
     rack: str | None = None
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+    log_dirs: tuple[uuid.UUID, ...] = ()
 
     def to_json(self) -> Json:
         return {
@@ -149,6 +182,9 @@ class RegisterBrokerRecord:
                 for e in self.endpoints
             ],
             "rack": self.rack,
+            "fenced": self.fenced,
+            "in_controlled_shutdown": self.in_controlled_shutdown,
+            "log_dirs": [str(d) for d in self.log_dirs],
         }
 
     @classmethod
@@ -162,7 +198,64 @@ class RegisterBrokerRecord:
                 )
             )
         return cls(
-            f.integer("broker_id"), f.uid("incarnation_id"), tuple(endpoints), f.opt_text("rack")
+            f.integer("broker_id"),
+            f.uid("incarnation_id"),
+            tuple(endpoints),
+            f.opt_text("rack"),
+            f.flag("fenced", True),
+            f.flag("in_controlled_shutdown", False),
+            f.uids("log_dirs"),
+        )
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerRecord:
+    """The broker's registration of ``broker_epoch`` is removed (Kafka's
+    UnregisterBrokerRecord): it is no longer a member of the cluster."""
+
+    TYPE: ClassVar[RecordType] = RecordType.UNREGISTER_BROKER
+    broker_id: int
+    broker_epoch: int
+
+    def to_json(self) -> Json:
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> UnregisterBrokerRecord:
+        return cls(f.integer("broker_id"), f.integer("broker_epoch"))
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationChangeRecord:
+    """A registered broker's state changes (Kafka's BrokerRegistrationChangeRecord).
+
+    ``fenced``: True fences it, False unfences it (Kafka's int8 1 and -1);
+    ``in_controlled_shutdown``: True marks it as shutting down in a controlled way; None
+    leaves either as it is (Kafka's 0). ``broker_epoch`` names the registration the change
+    is for: replaying it against another registration is an error.
+    """
+
+    TYPE: ClassVar[RecordType] = RecordType.BROKER_REGISTRATION_CHANGE
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+    def to_json(self) -> Json:
+        return {
+            "broker_id": self.broker_id,
+            "broker_epoch": self.broker_epoch,
+            "fenced": self.fenced,
+            "in_controlled_shutdown": self.in_controlled_shutdown,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> BrokerRegistrationChangeRecord:
+        return cls(
+            f.integer("broker_id"),
+            f.integer("broker_epoch"),
+            f.opt_flag("fenced"),
+            f.opt_flag("in_controlled_shutdown"),
         )
 
 
@@ -338,6 +431,8 @@ class FeatureLevelRecord:
 
 MetadataRecord = (
     RegisterBrokerRecord
+    | UnregisterBrokerRecord
+    | BrokerRegistrationChangeRecord
     | TopicRecord
     | PartitionRecord
     | PartitionChangeRecord
@@ -349,6 +444,8 @@ MetadataRecord = (
 
 _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
     RecordType.REGISTER_BROKER: RegisterBrokerRecord.from_json,
+    RecordType.UNREGISTER_BROKER: UnregisterBrokerRecord.from_json,
+    RecordType.BROKER_REGISTRATION_CHANGE: BrokerRegistrationChangeRecord.from_json,
     RecordType.TOPIC: TopicRecord.from_json,
     RecordType.PARTITION: PartitionRecord.from_json,
     RecordType.PARTITION_CHANGE: PartitionChangeRecord.from_json,

@@ -47,13 +47,25 @@ class ControllerView:
     static_config: BrokerConfig
     #: Where topic ids and incarnation ids come from (injected: seeded in a simulation).
     random: random.Random
+    #: The offset the first record of this operation will get (a broker epoch is the
+    #: offset of its registration); None: the one after the image's.
+    next_offset: int | None = None
 
     @property
     def node_id(self) -> int:
         return self.static_config.node_id
 
-    def live_brokers(self) -> list[int]:
+    @property
+    def first_record_offset(self) -> int:
+        return self.image.offset + 1 if self.next_offset is None else self.next_offset
+
+    def registered_brokers(self) -> list[int]:
         return sorted(self.image.brokers)
+
+    def live_brokers(self) -> list[int]:
+        """The brokers that may be given leaderships: registered, unfenced and not in
+        controlled shutdown (Kafka's active brokers)."""
+        return [b for b, registration in sorted(self.image.brokers.items()) if registration.active]
 
 
 @dataclass(frozen=True)

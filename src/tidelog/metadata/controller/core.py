@@ -32,8 +32,15 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from tidelog.metadata.configs import BrokerConfig
-from tidelog.metadata.controller import cluster, configs, producer_ids, topics
+from tidelog.metadata.controller import configs, producer_ids, topics
 from tidelog.metadata.controller.base import ControllerResult, ControllerView, group_batches
+from tidelog.metadata.controller.cluster import (
+    ClusterControl,
+    HeartbeatReply,
+    HeartbeatRequest,
+    RegistrationReply,
+    RegistrationRequest,
+)
 from tidelog.metadata.controller.configs import (
     AlterConfigsResource,
     ConfigResourceResult,
@@ -55,9 +62,9 @@ from tidelog.metadata.errors import OK, ApiError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.loader import MetadataLoader, Publisher
 from tidelog.metadata.log import MetadataBatch, MetadataLog
-from tidelog.metadata.records import MetadataRecord
+from tidelog.metadata.records import BrokerEndpoint, MetadataRecord
 from tidelog.protocol.error_codes import ErrorCode
-from tidelog.runtime.system import Runtime
+from tidelog.runtime.system import Runtime, random_uuid
 from tidelog.storage.errors import StorageError
 
 __all__ = ["Controller", "Listener"]
@@ -95,6 +102,8 @@ class Controller:
         self._lock = threading.RLock()
         self._failure: str | None = None
         self.broker_epoch = -1
+        # Broker sessions: this controller is the active one (the only one, until Raft).
+        self._cluster = ClusterControl(config.get_int("broker.session.timeout.ms"))
         # First publisher, so that every other one sees the config of its image.
         loader.add_publisher(self._follow_config)
 
@@ -139,7 +148,13 @@ class Controller:
             self._config = effective_broker_config(self._static, image)
 
     def _view(self) -> ControllerView:
-        return ControllerView(self.image, self._config, self._static, self._runtime.random)
+        return ControllerView(
+            self.image,
+            self._config,
+            self._static,
+            self._runtime.random,
+            next_offset=self._log.end_offset,
+        )
 
     # -- the commit path ---------------------------------------------------------------
 
@@ -178,17 +193,85 @@ class Controller:
 
     # -- operations --------------------------------------------------------------------
 
-    def register_broker(self) -> int:
-        """Register this node with its advertised listeners; returns the broker epoch."""
+    @property
+    def cluster(self) -> ClusterControl:
+        """Broker registrations' sessions (see :mod:`.cluster`)."""
+        return self._cluster
+
+    def register_local_broker(self) -> int:
+        """Register this node's broker with its advertised listeners and a new incarnation
+        id, then heartbeat it once: it has replayed the whole log, so it is caught up and
+        unfenced at once. The same path as any broker's; returns the broker epoch."""
         with self._lock:
-            result = cluster.register_broker(
-                self._view(), self.node_id, self._static.advertised_listeners
+            static = self._static
+            request = RegistrationRequest(
+                self.node_id,
+                self.image.cluster_id,
+                random_uuid(self._runtime.random),
+                tuple(
+                    BrokerEndpoint(e.name, e.host, e.port, e.security_protocol)
+                    for e in static.advertised_listeners
+                ),
+                static.get_str("broker.rack"),
             )
-            error = self._commit_result(result)
-            if not error.ok:
-                raise MetadataError(f"cannot register broker {self.node_id}: {error.message}")
-            self.broker_epoch = self.image.brokers[self.node_id].epoch
+            registered = self.register_broker(request)
+            if not registered.error.ok:
+                raise MetadataError(
+                    f"cannot register broker {self.node_id}: {registered.error.message}"
+                )
+            beat = self.heartbeat(
+                HeartbeatRequest(self.node_id, registered.broker_epoch, self.image.offset)
+            )
+            if not beat.error.ok or beat.is_fenced:
+                raise MetadataError(
+                    f"broker {self.node_id} stays fenced: {beat.error.message or 'not caught up'}"
+                )
+            self.broker_epoch = registered.broker_epoch
             return self.broker_epoch
+
+    def register_broker(self, request: RegistrationRequest) -> RegistrationReply:
+        """BrokerRegistration: the broker epoch (the offset of the committed record)."""
+        with self._lock:
+            reply = self._commit_result(
+                self._cluster.register_broker(self._view(), request, self._runtime.clock())
+            )
+            registration = self.image.brokers.get(request.broker_id)
+            if reply.error.ok and (
+                registration is None or registration.epoch != reply.broker_epoch
+            ):
+                raise MetadataError(
+                    f"broker {request.broker_id} was given epoch {reply.broker_epoch}, "
+                    "which is not the offset of its registration"
+                )
+            return reply
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatReply:
+        """BrokerHeartbeat: the broker's state after the records it caused commit."""
+        with self._lock:
+            return self._commit_result(
+                self._cluster.heartbeat(self._view(), request, self._runtime.clock())
+            )
+
+    def unregister_broker(self, broker_id: int) -> ApiError:
+        """UnregisterBroker."""
+        with self._lock:
+            return self._commit_result(self._cluster.unregister_broker(self._view(), broker_id))
+
+    def tick(self, now: int) -> list[int]:
+        """The active controller's session timer: fence every broker not heard from for
+        ``broker.session.timeout.ms``, one after the other; the ids fenced."""
+        fenced: list[int] = []
+        with self._lock:
+            while True:
+                result = self._cluster.fence_one_expired(self._view(), now)
+                if result.response is None or self._commit_result(result) is None:
+                    return fenced
+                fenced.append(result.response)
+
+    def next_deadline(self, now: int) -> int | None:
+        """When :meth:`tick` may next have something to do (None: no session to watch)."""
+        with self._lock:
+            return self._cluster.next_deadline(self.image, now)
 
     def create_topics(
         self, topics_: Sequence[NewTopic], *, validate_only: bool = False

@@ -150,7 +150,7 @@ def _new_topic_id(view: ControllerView, taken: Collection[uuid.UUID]) -> uuid.UU
 
 
 def _check_replicas(
-    partition: int, replicas: Sequence[int], brokers: Collection[int]
+    partition: int, replicas: Sequence[int], brokers: Collection[int], live: Collection[int]
 ) -> ApiError | None:
     if not replicas:
         return ApiError(
@@ -166,6 +166,12 @@ def _check_replicas(
         return ApiError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"partition {partition} names brokers that are not registered: {unknown[:5]}",
+        )
+    if not any(b in live for b in replicas):
+        # No replica could lead it (Kafka's rule for manual assignments).
+        return ApiError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"every broker of partition {partition} is fenced or in controlled shutdown",
         )
     return None
 
@@ -255,7 +261,7 @@ def _plan_topic(
             )
         assignments = [list(topic.assignments[p]) for p in partitions]
         for p, replicas in enumerate(assignments):
-            error = _check_replicas(p, replicas, brokers)
+            error = _check_replicas(p, replicas, view.registered_brokers(), brokers)
             if error is not None:
                 return error, [], None
         error = _consistent_replication(assignments, len(assignments[0]))
@@ -293,7 +299,7 @@ def _plan_topic(
                 ApiError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
                     f"replication factor {factor} is larger than the {len(brokers)} "
-                    "registered broker(s)",
+                    "unfenced broker(s)",
                 ),
                 [],
                 None,
@@ -549,10 +555,10 @@ def _plan_partitions(
                 ),
                 [],
             )
-        brokers = view.live_brokers()
+        registered, live = view.registered_brokers(), view.live_brokers()
         assignments = [list(replicas) for replicas in request.assignments]
         for offset, replicas in enumerate(assignments):
-            error = _check_replicas(current + offset, replicas, brokers)
+            error = _check_replicas(current + offset, replicas, registered, live)
             if error is not None:
                 return error, []
         error = _consistent_replication(assignments, factor, current)
@@ -563,7 +569,7 @@ def _plan_partitions(
             return (
                 ApiError(
                     ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"replication factor {factor} is larger than the registered brokers",
+                    f"replication factor {factor} is larger than the unfenced brokers",
                 ),
                 [],
             )
