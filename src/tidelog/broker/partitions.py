@@ -338,6 +338,8 @@ class Partition:
         """Truncate the log (see :meth:`Log.truncate_to`) and rebuild the producer state."""
         truncated = self.log.truncate_to(offset)
         if truncated:
+            # Markers above the offset are gone: their transactions are open again.
+            self._unreplicated.clear()
             self.producers.truncate(self.log, self.log.clock())
             self._active_base = self.log.active_segment.base_offset
             self._wake()
@@ -345,6 +347,7 @@ class Partition:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
+        self._unreplicated.clear()
         self.producers.truncate(self.log, self.log.clock())
         self._active_base = self.log.active_segment.base_offset
         self._wake()

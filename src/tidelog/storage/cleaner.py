@@ -43,9 +43,11 @@ holding a tombstone was cleaned to read it.
 
 Kept whole, never compacted: control batches (transaction markers are all kept, which is
 what Kafka does while any data of their transaction remains) and transactional data
-batches, whose records neither enter the offset map nor are dropped: without the aborted
-transaction index the cleaner cannot tell aborted data from committed, so it keeps both
-(it never drops a record it cannot prove superseded). Keyless records, which only a
+batches, committed or aborted, whose records neither enter the offset map nor are dropped
+(the cleaner never drops a record it cannot prove superseded). The aborted-transaction
+index entries of the replaced segments are copied into the cleaned one, so read_committed
+consumers keep skipping aborted records. Kafka also removes aborted records and, after
+``delete.retention.ms``, markers left without data; this cleaner does not (space only). Keyless records, which only a
 follower or a policy change can bring into a compacted log, are dropped, as Kafka does.
 
 Time is ``now_ms`` only; the cleaner runs no thread. Memory: the offset map (budgeted),

@@ -48,8 +48,8 @@ of every batch below ``offset``. Layout (big-endian)::
     count times:
         producer_id       8 int64
         epoch             2 int16
-        coordinator_epoch 4 int32 (-1 until transactions exist)
-        txn_first_offset  8 int64 (-1 until transactions exist)
+        coordinator_epoch 4 int32 of the producer's last marker (-1: none seen)
+        txn_first_offset  8 int64 first offset of its ongoing transaction (-1: none)
         last_timestamp    8 int64 max timestamp of the last batch
         last_update_ms    8 int64 broker time of the last append (-1 when unknown)
         batch_count       1 int8  0..5
