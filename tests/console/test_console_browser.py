@@ -1,15 +1,17 @@
 """The console in a real browser: Debian's headless Chromium, driven through chromium-driver
 by Selenium, against a `tidelog console` process on a real `tidelog serve`.
 
-The test clicks through overview -> topic -> messages -> search -> group -> reset as a person
-would, waiting for each page's elements (never sleeping), and checks what is rendered; the
-reset is then read back with confluent-kafka, which resumes the group where the page put it.
+The test clicks through overview -> create a topic -> produce -> topic -> messages -> search
+among 100,000 records -> group -> reset to a time, as a person would, waiting for each page's
+elements (never sleeping), and checks what is rendered; the reset is then read back with
+confluent-kafka, which resumes the group where the page put it.
 Screenshots of each page are saved under the test's temporary directory (the path is printed),
 or under $TIDELOG_CONSOLE_SCREENSHOTS when that is set.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import tempfile
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from interop_broker import BrokerProcess, free_port, venv_bin
 from interop_data import wait_until
@@ -30,7 +33,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tidelog.client import Admin, Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition
+from tidelog.client import Consumer, OffsetAndMetadata, TopicPartition
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +41,9 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 # How long one page may take to show an element before the test fails.
 PAGE_TIMEOUT_S = 30
+# Records the search looks through, and the timestamp of the first.
+RECORDS = 100_000
+BASE_MS = 1_750_000_000_000
 
 
 @pytest.fixture
@@ -121,30 +127,32 @@ def wait_for(driver: WebDriver, element_id: str) -> object:
     )
 
 
+def fill(bootstrap: str, topic: str, count: int) -> None:
+    """``count`` records over 3 partitions, record i in partition i % 3 with timestamp
+    BASE_MS + i (so offset i // 3), written with confluent-kafka for speed."""
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "log_level": 0})
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    f'{{"order": {i}, "amount": {i * 3}}}'.encode(),
+                    key=f"customer-{i % 17}",
+                    headers=[("trace", f"t-{i}")],
+                    partition=i % 3,
+                    timestamp=BASE_MS + i,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
 def test_click_through_overview_topic_messages_search_group_reset(
     broker: BrokerProcess, console_url: str, browser: WebDriver, tmp_path: Path
 ) -> None:
     topic = "browser-orders"
     group = "browser-billing"
-    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
-        admin.create_topics([NewTopic(topic, 3, 1)])
-        with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5}) as producer:
-            for i in range(600):
-                headers = [("trace", b"needle-in-browser" if i == 301 else f"t-{i}".encode())]
-                producer.send(
-                    topic,
-                    value=f'{{"order": {i}, "amount": {i * 3}}}'.encode(),
-                    key=f"customer-{i % 17}".encode(),
-                    headers=headers,
-                    partition=i % 3,
-                )
-            producer.flush()
-        with Consumer(
-            {"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False}
-        ) as member:
-            tps = [TopicPartition(topic, p) for p in range(3)]
-            member.assign(tps)
-            member.commit({tp: OffsetAndMetadata(150) for tp in tps})
     shots = shots_dir(tmp_path)
     print(f"screenshots in {shots}")
 
@@ -155,15 +163,36 @@ def test_click_through_overview_topic_messages_search_group_reset(
     assert browser.find_element(By.ID, "offline").text == "0"
     browser.save_screenshot(str(shots / "1-overview.png"))
 
-    # Topics -> the topic: three partitions of 200 records each.
+    # Topics -> Create topic: three partitions.
+    browser.find_element(By.LINK_TEXT, "Topics").click()
+    wait_for(browser, "topics")
+    browser.find_element(By.ID, "new-topic").click()
+    form = wait_for(browser, "create-topic")
+    form.find_element(By.NAME, "name").send_keys(topic)  # type: ignore[attr-defined]
+    form.find_element(By.NAME, "partitions").send_keys("3")  # type: ignore[attr-defined]
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()  # type: ignore[attr-defined]
+    assert wait_for(browser, "topic-name").text == topic  # type: ignore[attr-defined]
+
+    # 100,000 records, then one more produced through the page, with the header to find.
+    fill(broker.bootstrap, topic, RECORDS)
+    browser.find_element(By.ID, "produce-to-topic").click()
+    produce_form = wait_for(browser, "produce-form")
+    produce_form.find_element(By.NAME, "partition").send_keys("1")  # type: ignore[attr-defined]
+    produce_form.find_element(By.NAME, "key").send_keys("customer-x")  # type: ignore[attr-defined]
+    produce_form.find_element(By.NAME, "value").send_keys('{"order": "from the page"}')  # type: ignore[attr-defined]
+    produce_form.find_element(By.NAME, "headers").send_keys("trace=needle-in-browser")  # type: ignore[attr-defined]
+    browser.find_element(By.ID, "send").click()
+    assert wait_for(browser, "written-offset").text == str(RECORDS // 3)  # type: ignore[attr-defined]
+    browser.save_screenshot(str(shots / "2-produced.png"))
+
+    # The topic: its partitions and message count.
     browser.find_element(By.LINK_TEXT, "Topics").click()
     wait_for(browser, "topics")
     browser.find_element(By.LINK_TEXT, topic).click()
-    assert wait_for(browser, "topic-name").text == topic  # type: ignore[attr-defined]
-    assert browser.find_element(By.ID, "message-count").text == "600"
-    rows = browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")
-    assert len(rows) == 3
-    browser.save_screenshot(str(shots / "2-topic.png"))
+    wait_for(browser, "topic-name")
+    assert browser.find_element(By.ID, "message-count").text == str(RECORDS + 1)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 3
+    browser.save_screenshot(str(shots / "3-topic.png"))
 
     # Messages: the first page of 100, with a next page.
     browser.find_element(By.ID, "browse").click()
@@ -171,9 +200,9 @@ def test_click_through_overview_topic_messages_search_group_reset(
     assert browser.find_element(By.ID, "next-page").is_displayed()
     first_value = browser.find_element(By.CSS_SELECTOR, "#messages tr.message td.value")
     assert '"order"' in first_value.text  # JSON, pretty-printed
-    browser.save_screenshot(str(shots / "3-messages.png"))
+    browser.save_screenshot(str(shots / "4-messages.png"))
 
-    # Search by a header value.
+    # Search every partition by a header value: one record among 100,001.
     box = browser.find_element(By.ID, "search")
     box.clear()
     box.send_keys("needle-in-browser")
@@ -183,40 +212,46 @@ def test_click_through_overview_topic_messages_search_group_reset(
     found = browser.find_elements(By.CSS_SELECTOR, "#messages tr.message")
     assert len(found) == 1
     assert found[0].get_attribute("data-partition") == "1"
-    assert found[0].get_attribute("data-offset") == "100"
+    assert found[0].get_attribute("data-offset") == str(RECORDS // 3)
     assert "needle-in-browser" in found[0].find_element(By.CSS_SELECTOR, "td.headers").text
     assert browser.find_element(By.ID, "scan-complete").is_displayed()
+    ends = [RECORDS // 3 + (1 if p == 1 else 0) + (1 if p < RECORDS % 3 else 0) for p in range(3)]
     scanned = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#progress td.scanned-to")]
-    assert scanned == ["200", "200", "200"]
-    browser.save_screenshot(str(shots / "4-search.png"))
+    assert scanned == [str(e) for e in ends]
+    browser.save_screenshot(str(shots / "5-search.png"))
 
-    # Consumer groups -> the group: lag 3 x (200 - 150).
+    # A group that has read everything, stopped: lag 0.
+    with Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False}
+    ) as member:
+        tps = [TopicPartition(topic, p) for p in range(3)]
+        member.assign(tps)
+        member.commit({tp: OffsetAndMetadata(end) for tp, end in zip(tps, ends, strict=True)})
     browser.find_element(By.LINK_TEXT, "Consumer groups").click()
     wait_for(browser, "groups")
     browser.find_element(By.LINK_TEXT, group).click()
     assert wait_for(browser, "group-state").text == "Empty"  # type: ignore[attr-defined]
-    assert browser.find_element(By.ID, "total-lag").text == "150"
-    browser.save_screenshot(str(shots / "5-group.png"))
+    assert browser.find_element(By.ID, "total-lag").text == "0"
+    browser.save_screenshot(str(shots / "6-group.png"))
 
-    # Reset partition 0 to offset 42: preview, then apply.
-    Select(browser.find_element(By.ID, "reset-kind")).select_by_value("offset")
-    browser.find_element(By.NAME, f"offset|{topic}|0").send_keys("42")
+    # Reset to a time: record 30,000 is the first at BASE_MS + 30,000 ms, offset 10,000 of
+    # partition 0 (and 30,001 and 30,002 are offset 10,000 of partitions 1 and 2).
+    Select(browser.find_element(By.ID, "reset-kind")).select_by_value("datetime")
+    moment = datetime.datetime.fromtimestamp((BASE_MS + 30_000) / 1000, tz=datetime.UTC)
+    browser.find_element(By.NAME, "datetime").send_keys(moment.isoformat())
     browser.find_element(By.ID, "preview").click()
     wait_for(browser, "reset-preview")
     planned = browser.find_elements(By.CSS_SELECTOR, "#plan td.new-offset")
-    assert [td.text for td in planned] == ["42"]
-    browser.save_screenshot(str(shots / "6-reset-preview.png"))
+    assert [td.text for td in planned] == ["10000", "10000", "10000"]
+    browser.save_screenshot(str(shots / "7-reset-preview.png"))
     browser.find_element(By.ID, "apply").click()
     wait_for(browser, "reset-done")
-    browser.save_screenshot(str(shots / "7-reset-done.png"))
     browser.find_element(By.ID, "back-to-group").click()
     wait_for(browser, "offsets")
-    committed_cell = browser.find_element(
-        By.CSS_SELECTOR, f'#offsets tr[data-topic="{topic}"][data-partition="0"] td.committed'
-    )
-    assert committed_cell.text == "42"
+    assert browser.find_element(By.ID, "total-lag").text == str(sum(ends) - 30_000)
+    browser.save_screenshot(str(shots / "8-group-after-reset.png"))
 
-    # confluent-kafka, as a member of the group, resumes partition 0 at 42.
+    # confluent-kafka, as a member of the group, resumes partition 0 at 10,000.
     resumed = KafkaConsumer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -236,6 +271,6 @@ def test_click_through_overview_topic_messages_search_group_reset(
             return bool(first)
 
         wait_until(polled, "a record of the reset partition", timeout=30)
-        assert first[0] == 42
+        assert first[0] == 10_000
     finally:
         resumed.close()
