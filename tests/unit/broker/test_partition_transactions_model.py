@@ -1,0 +1,163 @@
+"""Random histories of transactional appends, markers, rolls, truncations and restarts
+against a partition, checked after every step against a model that reads the history:
+open transactions, the last stable offset, the aborted-transaction index and what a
+read_committed fetch reports."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidelog.broker.partitions import Partition, Partitions
+from tidelog.records import BatchBuilder
+from tidelog.storage import LogConfig, LogManager
+from tidelog.storage.txn_index import AbortedTxn
+
+PIDS = (11, 12, 13)
+NOW = 1_700_000_000_000
+
+
+@dataclass
+class Model:
+    """What the history says: one entry per batch, in offset order."""
+
+    #: (first offset, last offset, producer id or -1, kind: "data" | "txn" | "commit" | "abort")
+    batches: list[tuple[int, int, int, str]] = field(default_factory=list)
+    #: next sequence per producer (appends as leader are not checked: only recorded)
+    sequences: dict[int, int] = field(default_factory=dict)
+
+    def replay(self) -> tuple[dict[int, int], list[AbortedTxn], int]:
+        """(open transactions, aborted-index entries, LSO) the history implies."""
+        open_txns: dict[int, int] = {}
+        aborted: list[AbortedTxn] = []
+        end = 0
+        for first, last, pid, kind in self.batches:
+            end = last + 1
+            if kind == "txn":
+                open_txns.setdefault(pid, first)
+            elif kind in ("commit", "abort") and pid in open_txns:
+                start = open_txns.pop(pid)
+                if kind == "abort":
+                    lso = min(open_txns.values(), default=first + 1)
+                    aborted.append(AbortedTxn(pid, start, first, lso))
+        return open_txns, aborted, min(open_txns.values(), default=end)
+
+
+def txn_batch(pid: int, seq: int, n: int) -> bytes:
+    builder = BatchBuilder(transactional=True)
+    builder.set_producer(pid, 0, seq)
+    for i in range(n):
+        builder.append(b"k", b"v%d" % i, timestamp=NOW)
+    return builder.close()
+
+
+def plain_batch(n: int) -> bytes:
+    builder = BatchBuilder()
+    for i in range(n):
+        builder.append(b"k", b"p%d" % i, timestamp=NOW)
+    return builder.close()
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("txn"), st.sampled_from(PIDS), st.integers(1, 3)),
+        st.tuples(st.just("data"), st.just(-1), st.integers(1, 3)),
+        st.tuples(st.sampled_from(["commit", "abort"]), st.sampled_from(PIDS), st.just(0)),
+        st.tuples(st.just("roll"), st.just(-1), st.just(0)),
+        st.tuples(st.just("truncate"), st.just(-1), st.integers(0, 100)),
+        st.tuples(
+            st.sampled_from(["restart-clean", "restart-crash", "restart-crash-no-snapshots"]),
+            st.just(-1),
+            st.just(0),
+        ),
+    ),
+    max_size=30,
+)
+
+
+class Harness:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clock = lambda: NOW
+        self.logs: LogManager | None = None
+        self.partition = self._open()
+
+    def _open(self) -> Partition:
+        self.logs = LogManager([self.root], clock=self.clock)
+        self.logs.open()
+        partitions = Partitions(self.logs)
+        self.partitions = partitions
+        return partitions.ensure(
+            "t",
+            0,
+            config=LogConfig.from_mapping({"segment.bytes": 400}),
+            topic_id=None,
+            leader_epoch=0,
+        )
+
+    def restart(self, kind: str) -> None:
+        assert self.logs is not None
+        if kind == "restart-clean":
+            self.partitions.close()
+        self.logs.close()
+        if kind != "restart-clean":
+            (self.root / ".clean-shutdown").unlink(missing_ok=True)
+        if kind == "restart-crash-no-snapshots":
+            for path in (self.root / "t-0").glob("*.snapshot"):
+                path.unlink()
+        self.partition = self._open()
+
+    def close(self) -> None:
+        assert self.logs is not None
+        self.logs.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS)
+def test_partition_follows_the_model(ops: list[tuple[str, int, int]]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        harness = Harness(Path(directory))
+        model = Model()
+        try:
+            for kind, pid, arg in ops:
+                partition = harness.partition
+                if kind in ("txn", "data"):
+                    if kind == "txn":
+                        seq = model.sequences.get(pid, 0)
+                        data = txn_batch(pid, seq, arg)
+                        model.sequences[pid] = seq + arg
+                    else:
+                        data = plain_batch(arg)
+                    info = partition.append(bytearray(data), now_ms=NOW)
+                    model.batches.append((info.first_offset, info.last_offset, pid, kind))
+                elif kind in ("commit", "abort"):
+                    offset = partition.append_txn_marker(pid, 0, 0, kind == "commit", NOW)
+                    model.batches.append((offset, offset, pid, kind))
+                elif kind == "roll":
+                    partition.log.roll()
+                elif kind == "truncate":
+                    if not model.batches:
+                        continue
+                    index = arg % len(model.batches)
+                    partition.truncate_to(model.batches[index][0])
+                    del model.batches[index:]
+                else:
+                    harness.restart(kind)
+                partition = harness.partition
+                open_txns, aborted, lso = model.replay()
+                assert partition.producers.ongoing == open_txns
+                assert partition.last_stable_offset == lso
+                entries = [e for s in partition.log.segments for e in s.txn_index.entries]
+                assert entries == aborted
+                # A read from 0 covers at most the first segment, and stops at the LSO.
+                bases = [segment.base_offset for segment in partition.log.segments]
+                upper = min(lso, bases[1] if len(bases) > 1 else partition.log.log_end_offset)
+                assert partition.aborted_transactions(0, lso) == [
+                    (e.producer_id, e.first_offset) for e in aborted if e.first_offset < upper
+                ]
+        finally:
+            harness.close()
