@@ -1,4 +1,4 @@
-"""read_committed against a real `tidelog serve`, with confluent-kafka, kafka-python and kcat.
+"""read_committed against a real `tidelog serve`: confluent-kafka, kafka-python, aiokafka, kcat.
 
 The transaction coordinator is not part of these tests: transactional batches (built with
 the project's BatchBuilder) go in with Produce, and the test ends their transactions with
@@ -345,3 +345,44 @@ def test_sigkill_keeps_the_open_transaction_and_the_aborted_one(
         assert kcat_read_committed(process, topic_name) == COMMITTED_ALL
     finally:
         process.stop()
+
+
+def test_aiokafka_read_committed_stops_at_the_lso_then_follows_the_commit(
+    broker: BrokerProcess, topic: str
+) -> None:
+    import asyncio
+    import time
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    async def scenario() -> list[bytes]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            tp = AioTopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            got: list[bytes] = []
+
+            async def read_until(end: int, what: str) -> None:
+                deadline = time.monotonic() + 30
+                while await consumer.position(tp) < end:
+                    assert time.monotonic() < deadline, f"aiokafka never {what}"
+                    for records in (await consumer.getmany(timeout_ms=500)).values():
+                        got.extend(record.value for record in records)
+
+            await read_until(LSO, "reached the LSO")
+            assert await consumer.position(tp) == LSO
+            assert got == COMMITTED_PREFIX
+            await asyncio.to_thread(end_transaction, broker, topic, C, True)
+            await read_until(END_AFTER_COMMIT, "read past the commit")
+            return got
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == COMMITTED_ALL
