@@ -248,6 +248,9 @@ class Log:
         self._dir_dirty = False
         self._last_flush_ms = clock()
         self._truncations = 0
+        #: The largest ABORT marker offset indexed (None: not computed since open or a
+        #: truncation). Too high is safe: it only bounds how far a lookup walks.
+        self._last_abort_marker: int | None = None
         self._closed = False
         self.recovery_report = RecoveryReport(clean_shutdown=True)
         self.epoch_cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT, fsync)
@@ -1364,6 +1367,7 @@ class Log:
     def _finish_truncation(self) -> None:
         leo = self._log_end_offset
         self._truncations += 1
+        self._last_abort_marker = None
         self._recovery_point = min(self._recovery_point, leo)
         self._log_start_offset = min(self._log_start_offset, leo)
         if self._high_watermark is not None:
@@ -1385,6 +1389,7 @@ class Log:
             if self._high_watermark is not None:
                 self._high_watermark = offset
             self._truncations += 1
+            self._last_abort_marker = None
             self.epoch_cache.clear_and_flush()
             if self._dir_dirty:
                 fsync_dir(self.directory, self._fsync)
@@ -1415,7 +1420,10 @@ class Log:
             if not self._log_start_offset <= entry.last_offset < self._log_end_offset:
                 return False
             index = max(bisect.bisect_right(self._bases, entry.last_offset) - 1, 0)
-            return self._segments[index].txn_index.append(entry, if_absent=if_absent)
+            written = self._segments[index].txn_index.append(entry, if_absent=if_absent)
+            if self._last_abort_marker is not None:
+                self._last_abort_marker = max(self._last_abort_marker, entry.last_offset)
+            return written
 
     def aborted_transactions(self, first_offset: int, max_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping a read that starts with the batch at
@@ -1429,8 +1437,18 @@ class Log:
                 self._bases[index + 1] if index + 1 < len(self._bases) else self._log_end_offset
             )
             upper = min(max_offset, segment_end)
+            if self._last_abort_marker is None:
+                self._last_abort_marker = max(
+                    (e.last_offset for s in self._segments for e in s.txn_index.entries),
+                    default=-1,
+                )
+            last_marker = self._last_abort_marker
             found: list[AbortedTxn] = []
-            for segment in self._segments[index:]:
+            segments = self._segments
+            for position in range(index, len(segments)):
+                segment = segments[position]
+                if segment.base_offset > last_marker:
+                    break  # no later segment indexes an abort (most logs have none)
                 entries, complete = segment.txn_index.overlapping(first_offset, upper)
                 found.extend(entries)
                 if complete:
