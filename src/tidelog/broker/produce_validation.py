@@ -11,8 +11,9 @@ checks of ``UnifiedLog.analyzeAndValidateRecords``, ``LogValidator.validateBatch
 5. a truncated batch, a bad length, a CRC mismatch: CORRUPT_MESSAGE;
 6. bytes after the first batch: INVALID_RECORD (v3+ allows exactly one batch per partition;
    Kafka silently drops a trailing partial batch, Tidelog refuses it);
-7. ``last_offset_delta + 1 != record_count`` or no records, a control batch, a producer id
-   with a negative base sequence: INVALID_RECORD;
+7. ``last_offset_delta + 1 != record_count`` or no records, a control batch, a
+   transactional batch without a producer id, a producer id with a negative base sequence:
+   INVALID_RECORD;
 8. (a transactional batch is checked later, against the partition's transaction state
    and the :class:`TransactionVerifier`, see below);
 9. a batch marked LogAppendTime by the producer: INVALID_TIMESTAMP;
@@ -250,6 +251,11 @@ def _check_batch(header: BatchHeader, topic_partition: str) -> Refusal | None:
         return Refusal(
             ErrorCode.INVALID_RECORD,
             f"Clients are not allowed to write control records in {topic_partition}",
+        )
+    if header.is_transactional and header.producer_id < 0:
+        return Refusal(
+            ErrorCode.INVALID_RECORD,
+            f"Transactional record batch without a producer id in {topic_partition}",
         )
     if header.producer_id >= 0 and header.base_sequence < 0:
         return Refusal(

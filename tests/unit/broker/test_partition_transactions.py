@@ -252,6 +252,16 @@ def test_transactional_produce_is_refused_without_a_coordinator(broker: Broker) 
     assert partition.log.log_end_offset == 0
 
 
+def test_a_transactional_batch_needs_a_producer_id(broker: Broker) -> None:
+    partition = open_partition(broker)
+    broker.transaction_verifier = Verifier()
+    builder = BatchBuilder(transactional=True)
+    builder.append(b"k", b"v", timestamp=1_700_000_000_000)
+    refused = produce(broker, builder.close())
+    assert refused.error_code == ErrorCode.INVALID_RECORD
+    assert partition.log.log_end_offset == 0
+
+
 def test_kip_890_checks_on_the_produce_path(broker: Broker) -> None:
     partition = open_partition(broker)
     verifier = Verifier()
