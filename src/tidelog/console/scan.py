@@ -119,9 +119,10 @@ async def scan(
         **{
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            # Only partitions with records left are fetched, so the broker has no reason to
-            # hold a fetch; 0 keeps it from doing so even for a partition emptied meanwhile.
-            "fetch.max.wait.ms": 0,
+            # Only partitions with records left are fetched, so the broker answers at once;
+            # a short wait bounds a fetch even for a partition emptied meanwhile. Not 0:
+            # Tansu answers a fetch with max wait 0 without records, ever.
+            "fetch.max.wait.ms": 10,
         },
     )
     try:
