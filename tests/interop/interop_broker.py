@@ -75,6 +75,33 @@ def tansu_binary() -> Path:
     return binary
 
 
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+def send_request(host: str, port: int, request: Any, *, client_id: str = "interop") -> Any:
+    """Send one kio request through the protocol codec on a new connection; the decoded
+    response (what a client or another broker would put on the wire, by hand)."""
+    import struct
+
+    from tidelog.protocol import decode_response, encode_request
+
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(encode_request(request, correlation_id=1, client_id=client_id))
+        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+        body = _recv_exactly(sock, size)
+    _, response = decode_response(
+        body, api_key=int(request.__api_key__), api_version=int(request.__version__)
+    )
+    return response
+
+
 def broker_command(kind: str, port: int, data_dir: Path) -> list[str]:
     if kind == "tansu":
         url = f"tcp://127.0.0.1:{port}"

@@ -29,6 +29,7 @@ from pathlib import Path
 from tidelog.broker.broker import Broker
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
+from tidelog.broker.handlers.registry import CONTROLLER_HANDLERS
 from tidelog.broker.metrics import BrokerMetrics, MetricsServer
 from tidelog.broker.request_log import SlowRequestLog
 from tidelog.broker.partitions import Partitions
@@ -40,6 +41,7 @@ from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
 from tidelog.metadata.node import MetadataNode, build_metadata_node
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, VersionRange, restrict
+from tidelog.protocol.versions import CONTROLLER_VERSIONS
 from tidelog.runtime.filelock import FileLock, LockHeldError
 from tidelog.runtime.system import Runtime, wall_clock_ms
 from tidelog.storage import LogManager, StorageError, lock_log_dirs
@@ -197,13 +199,21 @@ class BrokerApp:
         A listener bound to port 0 is advertised at the port it got. A listener that cannot
         bind stops the start; the ones already bound are closed by :meth:`stop`."""
         advertised = {endpoint.name: endpoint for endpoint in config.advertised_listeners}
+        # A controller listener also serves what brokers send the controller (Kafka's
+        # ControllerApis) and lists it in ApiVersions; the others serve clients only.
+        on_controller = {**HANDLERS, **CONTROLLER_HANDLERS}
+        on_controller_accepted = restrict(on_controller.keys(), CONTROLLER_VERSIONS)
+        controllers = set(config.controller_listener_names)
         for listener in config.listeners:
+            is_controller = listener.name in controllers
+            if is_controller:
+                broker.listener_versions[listener.name] = on_controller_accepted
             server = BrokerServer(
                 broker,
                 listener.host or "0.0.0.0",
                 listener.port,
-                HANDLERS,
-                accepted,
+                on_controller if is_controller else HANDLERS,
+                on_controller_accepted if is_controller else accepted,
                 max_frame_size=config.socket_request_max_bytes,
                 max_in_flight=config.queued_max_requests,
                 listener=listener.name,
@@ -268,6 +278,11 @@ class BrokerApp:
                 lambda: logs.flush_due(self.clock()),
             ),
             ("checkpoint", config.log_flush_offset_checkpoint_interval_ms, logs.checkpoint),
+            (
+                "broker heartbeat",
+                config.get_int("broker.heartbeat.interval.ms"),
+                self._heartbeat_and_fence,
+            ),
         ]
         if config.log_cleaner_enable:
             schedules.append(("cleaner", config.log_cleaner_backoff_ms, self._clean_until_idle))
@@ -276,6 +291,15 @@ class BrokerApp:
                 self._background.append(
                     asyncio.create_task(self._every(name, interval_ms, job), name=name)
                 )
+
+    def _heartbeat_and_fence(self) -> None:
+        """This node's broker heartbeats its controller (this node too), which then fences
+        the brokers not heard from for ``broker.session.timeout.ms`` (Kafka's broker
+        lifecycle manager and the controller's session timer)."""
+        controller = self.controller
+        assert controller is not None
+        controller.heartbeat_local_broker()
+        controller.tick(self.clock())
 
     def _clean_until_idle(self, max_passes: int = 16) -> int:
         """Compact the dirtiest compacted logs, one pass each, until none is due (Kafka's

@@ -11,6 +11,8 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
 * ``node_id``, ``cluster_id``; ``endpoint(listener)`` — the address clients are given for
   this node on a listener (``advertised_host``/``advertised_port`` are the first one's);
 * ``advertised_versions`` — the version table ApiVersions answers with;
+  ``listener_versions`` — the table of a listener that serves other APIs (a controller
+  listener), by listener name;
 * ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`);
 * ``transaction_verifier`` — asked before a transactional batch starts a transaction on a
   partition (:class:`~tidelog.broker.produce_validation.TransactionVerifier`); the
@@ -80,6 +82,7 @@ class Broker:
         #: a listener not in it (a controller listener) gets the first one's address.
         self.listener_endpoints: dict[str, tuple[str, int]] = {}
         self.advertised_versions: Mapping[ApiKey, VersionRange] = SUPPORTED_VERSIONS
+        self.listener_versions: dict[str, Mapping[ApiKey, VersionRange]] = {}
         self._next_producer_id = 0
         self._producer_id_end = 0
         #: Set at shutdown: waits (fetch long polls) end at once with what there is.

@@ -102,13 +102,23 @@ _QUORUM_TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.DESCRIBE_QUORUM,                0, 2),
     _serve(ApiKey.FETCH_SNAPSHOT,                 0, 1),
 )
+_MEMBERSHIP_TABLE: tuple[VersionRange, ...] = (
+    # What brokers send the controller to join and leave the cluster (KRaft).
+    _serve(ApiKey.BROKER_REGISTRATION,            0, 4),
+    _serve(ApiKey.BROKER_HEARTBEAT,               0, 2),
+    _serve(ApiKey.UNREGISTER_BROKER,              0, 0),
+)
 # fmt: on
 
 CONTROLLER_VERSIONS: Mapping[ApiKey, VersionRange] = MappingProxyType(
-    {entry.api_key: entry for entry in sorted((*_TABLE, *_QUORUM_TABLE), key=lambda e: e.api_key)}
+    {
+        entry.api_key: entry
+        for entry in sorted((*_TABLE, *_QUORUM_TABLE, *_MEMBERSHIP_TABLE), key=lambda e: e.api_key)
+    }
 )
-"""What a controller listener serves: every API above plus the quorum's, which Kafka serves
-on controller listeners only (a Fetch there may also be of ``__cluster_metadata``)."""
+"""What a controller listener serves: every API above plus the quorum's and the broker
+membership's, which Kafka serves on controller listeners only (a Fetch there may also be of
+``__cluster_metadata``)."""
 
 
 def restrict(

@@ -1,4 +1,4 @@
-"""ApiVersions: the versions of every API this broker has a handler for."""
+"""ApiVersions: the versions of every API served on the listener the request came in on."""
 
 from __future__ import annotations
 
@@ -31,9 +31,11 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
         software_version = getattr(request, "client_software_version", "")
         if not (_valid_software_field(name) and _valid_software_field(software_version)):
             error = ErrorCode.INVALID_REQUEST
+    # A controller listener has its own table (with the APIs brokers send the controller).
+    listener_table = ctx.broker.listener_versions.get(ctx.listener)
     return api_versions_response(
         version,
-        api_keys=HANDLERS.keys(),
-        supported=ctx.broker.advertised_versions,
+        api_keys=HANDLERS.keys() if listener_table is None else listener_table.keys(),
+        supported=ctx.broker.advertised_versions if listener_table is None else listener_table,
         error_code=error,
     )

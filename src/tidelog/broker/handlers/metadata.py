@@ -1,15 +1,16 @@
 """Metadata and DescribeCluster: brokers, controller, topics, partitions and their leaders.
 
 Both answer from the broker's current :class:`~tidelog.metadata.image.MetadataImage`.
-This node is the controller and the only live broker; other registered brokers are listed
-with their first endpoint.
+They list the unfenced brokers only, as Kafka lists its alive ones: a broker that has not
+caught up since it registered, or whose session ran out, is given to no client. Each is
+listed at its endpoint on the listener the request came in on, this node first.
 
 Metadata, per requested topic (``topics`` null from v1, or an empty list in v0, means
 every topic, and then nothing is auto-created):
 
 * known topic: its partitions with leader, leader epoch (v7+), replicas, ISR and offline
-  replicas (replicas that are not registered brokers); a partition without a leader gets
-  LEADER_NOT_AVAILABLE;
+  replicas (replicas whose broker is fenced or not registered); a partition without a
+  leader gets LEADER_NOT_AVAILABLE;
 * by topic id (from v10): an unknown id gets UNKNOWN_TOPIC_ID (name null from v12, ""
   before, where the field is not nullable). Kafka refuses ids in v10-11 requests with
   INVALID_REQUEST; Tidelog answers them as v12 would, which no client relies on;
@@ -25,7 +26,8 @@ type supports, so when asked this returns that bit set; when not asked, Kafka's
 "not requested" value (INT32_MIN). The same goes for DescribeCluster.
 
 DescribeCluster serves only the broker endpoint type (1); any other type gets
-UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. No broker is ever fenced here.
+UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. From v2 a client may ask for the
+fenced brokers too (``include_fenced_brokers``); each broker says whether it is fenced.
 """
 
 from __future__ import annotations
@@ -71,20 +73,27 @@ CLUSTER_OPERATIONS = _bits(
 ENDPOINT_TYPE_BROKER = 1
 
 
-def _brokers(ctx: RequestContext) -> list[tuple[int, str, int, str | None]]:
-    """(node id, host, port, rack) of every registered broker, this node first, each at
-    its address on the listener the request came in on. As in Kafka, a broker without
-    that listener is left out: the client could not reach it the way it reached us."""
+def _brokers(
+    ctx: RequestContext, *, include_fenced: bool = False
+) -> list[tuple[int, str, int, str | None, bool]]:
+    """(node id, host, port, rack, fenced) of every unfenced broker (every registered one
+    with ``include_fenced``), this node first, each at its address on the listener the
+    request came in on. As in Kafka, a broker without that listener is left out: the
+    client could not reach it the way it reached us."""
     broker = ctx.broker
-    listed: list[tuple[int, str, int, str | None]] = [
-        (broker.node_id, *broker.endpoint(ctx.listener), None)
-    ]
+    listed: list[tuple[int, str, int, str | None, bool]] = []
     for node_id, registration in sorted(broker.image.brokers.items()):
+        if registration.fenced and not include_fenced:
+            continue
         if node_id == broker.node_id:
+            host, port = broker.endpoint(ctx.listener)
+            listed.insert(0, (node_id, host, port, registration.rack, registration.fenced))
             continue
         for endpoint in registration.endpoints:
             if endpoint.name == ctx.listener:
-                listed.append((node_id, endpoint.host, endpoint.port, registration.rack))
+                listed.append(
+                    (node_id, endpoint.host, endpoint.port, registration.rack, registration.fenced)
+                )
                 break
     return listed
 
@@ -112,7 +121,7 @@ class _TopicAnswer:
 
 def _partitions(module: Any, image: MetadataImage, topic: TopicImage) -> tuple[Any, ...]:
     cls = module.MetadataResponsePartition
-    live = image.brokers
+    live = {b for b, registration in image.brokers.items() if not registration.fenced}
     out = []
     for index, part in sorted(topic.partitions.items()):
         error = ErrorCode.LEADER_NOT_AVAILABLE if part.leader < 0 else ErrorCode.NONE
@@ -234,7 +243,7 @@ def _metadata_response(
     broker_cls = module.MetadataResponseBroker
     brokers = tuple(
         make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
-        for node_id, host, port, rack in _brokers(ctx)
+        for node_id, host, port, rack, _ in _brokers(ctx)
     )
     return make(
         module.MetadataResponse,
@@ -275,9 +284,10 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
             cluster_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED,
         )
     broker_cls = module.DescribeClusterBroker
+    include_fenced = bool(getattr(request, "include_fenced_brokers", False))
     brokers = tuple(
-        make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=False)
-        for node_id, host, port, rack in _brokers(ctx)
+        make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=fenced)
+        for node_id, host, port, rack, fenced in _brokers(ctx, include_fenced=include_fenced)
     )
     return make(
         module.DescribeClusterResponse,

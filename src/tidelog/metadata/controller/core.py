@@ -219,15 +219,22 @@ class Controller:
                 raise MetadataError(
                     f"cannot register broker {self.node_id}: {registered.error.message}"
                 )
-            beat = self.heartbeat(
-                HeartbeatRequest(self.node_id, registered.broker_epoch, self.image.offset)
-            )
+            self.broker_epoch = registered.broker_epoch
+            beat = self.heartbeat_local_broker()
             if not beat.error.ok or beat.is_fenced:
                 raise MetadataError(
                     f"broker {self.node_id} stays fenced: {beat.error.message or 'not caught up'}"
                 )
-            self.broker_epoch = registered.broker_epoch
             return self.broker_epoch
+
+    def heartbeat_local_broker(self) -> HeartbeatReply:
+        """Heartbeat this node's broker, as its lifecycle manager does every
+        ``broker.heartbeat.interval.ms``. It has loaded everything committed (the loader
+        publishes to it before a commit returns), so it reports the image's offset."""
+        with self._lock:
+            return self.heartbeat(
+                HeartbeatRequest(self.node_id, self.broker_epoch, self.image.offset)
+            )
 
     def register_broker(self, request: RegistrationRequest) -> RegistrationReply:
         """BrokerRegistration: the broker epoch (the offset of the committed record)."""
@@ -266,6 +273,10 @@ class Controller:
                 result = self._cluster.fence_one_expired(self._view(), now)
                 if result.response is None or self._commit_result(result) is None:
                     return fenced
+                _log.info(
+                    "fenced broker %d: no heartbeat for broker.session.timeout.ms",
+                    result.response,
+                )
                 fenced.append(result.response)
 
     def next_deadline(self, now: int) -> int | None:
