@@ -11,6 +11,7 @@ stops heartbeating and is fenced when its session runs out.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import uuid
 from collections.abc import Iterator
@@ -164,6 +165,15 @@ def test_a_broker_registers_fenced_catches_up_and_shuts_down_in_a_controlled_way
 
     wrong = node.to_controller(registration(7, "notThisClusterIdXXXXXX", uuid.uuid4()))
     assert wrong.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID.to_kio()
+    (listener,) = registration(7, cluster_id, uuid.uuid4()).listeners
+    unknown_protocol = dataclasses.replace(
+        registration(7, cluster_id, uuid.uuid4()),
+        listeners=(dataclasses.replace(listener, security_protocol=i16(9)),),
+    )
+    invalid = node.to_controller(unknown_protocol)
+    assert invalid.error_code == ErrorCode.INVALID_REQUEST.to_kio()
+    assert int(invalid.broker_epoch) == -1
+    assert 7 not in fenced_states(node)
 
     incarnation = uuid.uuid4()
     registered = node.to_controller(registration(7, cluster_id, incarnation))
