@@ -34,6 +34,7 @@ from tidelog.broker.metrics import BrokerMetrics, MetricsServer
 from tidelog.broker.request_log import SlowRequestLog
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.server import BrokerServer
+from tidelog.broker.transactions import TransactionDriver
 from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
 from tidelog.metadata.controller import Controller
 from tidelog.metadata.errors import ConfigError, MetadataError
@@ -173,6 +174,11 @@ class BrokerApp:
         # partition is loaded its groups get COORDINATOR_LOAD_IN_PROGRESS.
         broker.groups = GroupDriver(broker)
         await broker.groups.start()
+        # Likewise __transaction_state; from then on transactional produce is verified
+        # against the coordinator (KIP-890).
+        broker.transactions = TransactionDriver(broker)
+        broker.transaction_verifier = broker.transactions
+        await broker.transactions.start()
 
         accepted = restrict(HANDLERS.keys(), SUPPORTED_VERSIONS)
         broker.advertised_versions = accepted
@@ -339,6 +345,8 @@ class BrokerApp:
             # First, so that no request waits on a rebalance through the server's grace
             # period: waiting group requests get NOT_COORDINATOR and their clients move on.
             await self.broker.groups.stop()
+        if self.broker is not None and self.broker.transactions is not None:
+            await self.broker.transactions.stop()
         if self.broker is not None:
             self.broker.begin_stopping()
         await asyncio.gather(*(server.shutdown() for server in self.servers))

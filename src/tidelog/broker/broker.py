@@ -14,6 +14,7 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
   ``listener_versions`` — the table of a listener that serves other APIs (a controller
   listener), by listener name;
 * ``groups`` — the group coordinator's driver (:mod:`tidelog.broker.groups`);
+* ``transactions`` — the transaction coordinator's driver (:mod:`tidelog.broker.transactions`);
 * ``transaction_verifier`` — asked before a transactional batch starts a transaction on a
   partition (:class:`~tidelog.broker.produce_validation.TransactionVerifier`); the
   transaction coordinator replaces the default, which refuses them all.
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from tidelog.broker.groups import GroupDriver
     from tidelog.broker.metrics import BrokerMetrics
     from tidelog.broker.request_log import SlowRequestLog
+    from tidelog.broker.transactions import TransactionDriver
 
 _log = logging.getLogger(__name__)
 
@@ -89,6 +91,9 @@ class Broker:
         self.stopping = False
         #: the group coordinator's driver, set by the app (None: group APIs unavailable)
         self.groups: GroupDriver | None = None
+        #: the transaction coordinator's driver, set by the app (None: transactions
+        #: unavailable)
+        self.transactions: TransactionDriver | None = None
         #: the counters of ``metrics.listener``, set by the app (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
         #: KIP-890 verification of transactional produce (the transaction coordinator's)

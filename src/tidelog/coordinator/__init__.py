@@ -36,6 +36,7 @@ from tidelog.coordinator.api import (
     Response,
     SyncGroupRequest,
     SyncGroupResult,
+    TxnOffsetCommitRequest,
     Write,
 )
 from tidelog.coordinator.config import GroupConfig
@@ -86,6 +87,7 @@ __all__ = [
     "Response",
     "SyncGroupRequest",
     "SyncGroupResult",
+    "TxnOffsetCommitRequest",
     "Write",
     "java_string_hash_code",
     "kafka_abs",

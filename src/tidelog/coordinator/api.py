@@ -102,6 +102,21 @@ class OffsetCommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit: offsets written in ``producer_id``'s transaction (KIP-98); v3+
+    carries the member's generation, id and instance id for KIP-447 fencing (-1/"": none)."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: Sequence[OffsetCommitPartition]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetFetchGroup:
     group_id: str
     #: ``None``: every partition the group has offsets for
@@ -279,9 +294,27 @@ class Write:
     write_id: int
     partition: int
     records: tuple[GroupRecord, ...]
+    #: TxnOffsetCommit: the batch belongs to this producer's transaction, and counts only
+    #: once the transaction's COMMIT marker follows it in the partition (as in Kafka)
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    @property
+    def transactional(self) -> bool:
+        return self.producer_id >= 0
 
     def to_batch(self, timestamp_ms: int, compression: Compression = Compression.NONE) -> bytes:
-        builder = BatchBuilder(compression=compression)
+        if self.transactional:
+            # Kafka's coordinator writes sequence 0: the log skips sequence checks for it.
+            builder = BatchBuilder(
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=0,
+                transactional=True,
+            )
+        else:
+            builder = BatchBuilder(compression=compression)
         for record in self.records:
             builder.append(record.key, record.value, timestamp=timestamp_ms)
         return builder.close()

@@ -44,6 +44,7 @@ from tidelog.coordinator.api import (
     LeaveMemberResult,
     ListedGroup,
     ListGroupsResult,
+    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResult,
     OffsetDeleteResult,
@@ -52,6 +53,7 @@ from tidelog.coordinator.api import (
     PartitionError,
     SyncGroupRequest,
     SyncGroupResult,
+    TxnOffsetCommitRequest,
     Write,
 )
 from tidelog.coordinator.config import GroupConfig
@@ -67,7 +69,10 @@ from tidelog.coordinator.hashing import partition_for_group
 from tidelog.coordinator.records import (
     GroupMetadataValue,
     MemberMetadataValue,
+    OffsetCommitKey,
     OffsetCommitValue,
+    decode_key,
+    decode_offset_commit_value,
     encode_group_metadata_key,
     encode_group_metadata_value,
     encode_offset_commit_key,
@@ -271,12 +276,21 @@ class GroupCoordinator:
         return len(self._writes)
 
     def _write(
-        self, effects: Effects, partition: int, records: list[GroupRecord], callback: WriteCallback
+        self,
+        effects: Effects,
+        partition: int,
+        records: list[GroupRecord],
+        callback: WriteCallback,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> int:
         write_id = self._next_write_id
         self._next_write_id += 1
         self._writes[write_id] = callback
-        effects.writes.append(Write(write_id, partition, tuple(records)))
+        effects.writes.append(
+            Write(write_id, partition, tuple(records), producer_id, producer_epoch)
+        )
         return write_id
 
     @staticmethod
@@ -1040,17 +1054,24 @@ class GroupCoordinator:
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
 
+    @staticmethod
+    def _commit_failed(
+        effects: Effects, token: object, partitions: Sequence[OffsetCommitPartition], error: E
+    ) -> Effects:
+        """Answer a commit with ``error`` for every partition."""
+        effects.complete(
+            token,
+            OffsetCommitResult(
+                tuple(PartitionError(p.topic, p.partition, error) for p in partitions)
+            ),
+        )
+        return effects
+
     def commit_offsets(self, token: object, now_ms: int, req: OffsetCommitRequest) -> Effects:
         effects = Effects()
 
         def respond_all(error: ErrorCode) -> Effects:
-            effects.complete(
-                token,
-                OffsetCommitResult(
-                    tuple(PartitionError(p.topic, p.partition, error) for p in req.partitions)
-                ),
-            )
-            return effects
+            return self._commit_failed(effects, token, req.partitions, error)
 
         if (err := self._coordinator_error(req.group_id)) is not E.NONE:
             return respond_all(err)
@@ -1067,26 +1088,7 @@ class GroupCoordinator:
         member = group.members.get(req.member_id)
         if member is not None:
             self._reset_session(group, member, now_ms)
-        errors: list[ErrorCode] = []
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        max_metadata = self.config.offset_metadata_max_bytes
-        for p in req.partitions:
-            metadata = p.metadata or ""
-            if self._topic_exists is not None and not self._topic_exists(p.topic, p.partition):
-                errors.append(E.UNKNOWN_TOPIC_OR_PARTITION)
-            elif _utf16_length(metadata) > max_metadata:
-                errors.append(E.OFFSET_METADATA_TOO_LARGE)
-            else:
-                errors.append(E.NONE)
-                accepted[(p.topic, p.partition)] = OffsetAndMetadata(
-                    offset=p.offset,
-                    leader_epoch=p.leader_epoch,
-                    metadata=metadata,
-                    commit_timestamp=p.commit_timestamp if p.commit_timestamp >= 0 else now_ms,
-                    expire_timestamp=(
-                        now_ms + req.retention_time_ms if req.retention_time_ms >= 0 else -1
-                    ),
-                )
+        errors, accepted = self._accept_offsets(req.partitions, now_ms, req.retention_time_ms)
 
         def result(write_error: ErrorCode) -> OffsetCommitResult:
             return OffsetCommitResult(
@@ -1124,6 +1126,137 @@ class GroupCoordinator:
         self._write(effects, group.partition, records, done)
         return effects
 
+    def _accept_offsets(
+        self, partitions: Sequence[OffsetCommitPartition], now_ms: int, retention_time_ms: int
+    ) -> tuple[list[ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """Each partition's error and the offsets that may be written."""
+        errors: list[ErrorCode] = []
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        max_metadata = self.config.offset_metadata_max_bytes
+        for p in partitions:
+            metadata = p.metadata or ""
+            if self._topic_exists is not None and not self._topic_exists(p.topic, p.partition):
+                errors.append(E.UNKNOWN_TOPIC_OR_PARTITION)
+            elif _utf16_length(metadata) > max_metadata:
+                errors.append(E.OFFSET_METADATA_TOO_LARGE)
+            else:
+                errors.append(E.NONE)
+                accepted[(p.topic, p.partition)] = OffsetAndMetadata(
+                    offset=p.offset,
+                    leader_epoch=p.leader_epoch,
+                    metadata=metadata,
+                    commit_timestamp=p.commit_timestamp if p.commit_timestamp >= 0 else now_ms,
+                    expire_timestamp=(now_ms + retention_time_ms if retention_time_ms >= 0 else -1),
+                )
+        return errors, accepted
+
+    # -- TxnOffsetCommit and transaction markers
+
+    def commit_transactional_offsets(
+        self, token: object, now_ms: int, req: TxnOffsetCommitRequest
+    ) -> Effects:
+        """TxnOffsetCommit: write the offsets in the producer's transaction. They become the
+        group's offsets when the transaction's COMMIT marker reaches the group's partition
+        (:meth:`complete_transaction`) and are dropped at its ABORT marker.
+
+        KIP-447 fencing, Kafka's rules for a transactional commit: a member id the group
+        does not know: UNKNOWN_MEMBER_ID; a generation other than the group's:
+        ILLEGAL_GENERATION; a static member whose instance id maps to another member:
+        FENCED_INSTANCE_ID. No member and generation -1 (v0-v2, or a producer that does
+        not name its consumer) skips the check."""
+        effects = Effects()
+
+        def respond_all(error: ErrorCode) -> Effects:
+            return self._commit_failed(effects, token, req.partitions, error)
+
+        if (err := self._coordinator_error(req.group_id)) is not E.NONE:
+            return respond_all(err)
+        group = self._groups.get(req.group_id)
+        if group is None:
+            group = Group(req.group_id, self.partition_for(req.group_id), state_timestamp=now_ms)
+            self._groups[req.group_id] = group
+        if group.state is GroupState.DEAD:
+            return respond_all(E.COORDINATOR_NOT_AVAILABLE)
+        if req.member_id and req.member_id not in group.members:
+            return respond_all(E.UNKNOWN_MEMBER_ID)
+        if (
+            req.member_id
+            and (err := self._validate_member(group, req.member_id, req.group_instance_id))
+            is not E.NONE
+        ):
+            return respond_all(err)
+        if req.generation_id >= 0 and req.generation_id != group.generation:
+            return respond_all(E.ILLEGAL_GENERATION)
+        errors, accepted = self._accept_offsets(req.partitions, now_ms, -1)
+
+        def result(write_error: ErrorCode) -> OffsetCommitResult:
+            return OffsetCommitResult(
+                tuple(
+                    PartitionError(p.topic, p.partition, write_error if e is E.NONE else e)
+                    for p, e in zip(req.partitions, errors, strict=True)
+                )
+            )
+
+        if not accepted:
+            self._maybe_drop_unused(group)
+            effects.complete(token, result(E.NONE))
+            return effects
+        records = [self._offset_record(group.group_id, tp, o) for tp, o in accepted.items()]
+
+        def done(error: ErrorCode, now: int) -> Effects:
+            out = Effects()
+            if error is E.NONE:
+                if self._groups.get(group.group_id) is group:
+                    group.pending_txn_offsets.setdefault(req.producer_id, {}).update(accepted)
+                out.complete(token, result(E.NONE))
+            else:
+                out.complete(token, result(map_append_error(error, offsets=True)))
+                self._maybe_drop_unused(group)
+            return out
+
+        # the batch is the producer's: its transaction's marker decides the records' fate
+        self._write(
+            effects,
+            group.partition,
+            records,
+            done,
+            producer_id=req.producer_id,
+            producer_epoch=req.producer_epoch,
+        )
+        return effects
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written to ``partition`` of
+        ``__consumer_offsets``: its pending transactional offsets there are committed or
+        dropped."""
+        for group in list(self._groups.values()):
+            if group.partition != partition:
+                continue
+            offsets = group.pending_txn_offsets.pop(producer_id, None)
+            if offsets is None:
+                continue
+            if commit:
+                group.offsets.update(offsets)
+            else:
+                self._maybe_drop_unused(group)
+
+    def load_transactional_offsets(
+        self, partition: int, producer_id: int, records: Iterable[KeyValue]
+    ) -> None:
+        """At load: offsets of ``producer_id``'s transaction found with no marker yet wait
+        for it again."""
+        for record in records:
+            key = decode_key(record.key)
+            if not isinstance(key, OffsetCommitKey) or record.value is None:
+                continue
+            v = decode_offset_commit_value(record.value)
+            group = self._groups.get(key.group)
+            if group is None:
+                group = self._groups[key.group] = Group(key.group, partition)
+            group.pending_txn_offsets.setdefault(producer_id, {})[(key.topic, key.partition)] = (
+                OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            )
+
     # -- OffsetFetch
 
     def fetch_offsets(
@@ -1135,11 +1268,11 @@ class GroupCoordinator:
     ) -> OffsetFetchResult:
         """Committed offsets of one group (OffsetFetch v8+ calls this once per group).
 
-        ``require_stable`` would report UNSTABLE_OFFSET_COMMIT for partitions with pending
-        transactional commits; there are none until transactions exist. Commits whose append
-        is in flight are not visible yet, as in Kafka.
+        ``require_stable`` (OffsetFetch v7+, KIP-447) reports UNSTABLE_OFFSET_COMMIT for a
+        partition with transactional offsets waiting for their marker, so the consumer asks
+        again instead of reading an offset about to change. Commits whose append is in
+        flight are not visible yet, as in Kafka.
         """
-        del require_stable
         if (err := self._coordinator_error(group_id)) is not E.NONE:
             return OffsetFetchResult(group_id, err)
         group = self._groups.get(group_id)
@@ -1153,7 +1286,9 @@ class GroupCoordinator:
         out: list[FetchedOffset] = []
         for t, p in partitions:
             o = offsets.get((t, p))
-            if o is None:
+            if require_stable and group is not None and group.has_pending_txn_offset((t, p)):
+                out.append(FetchedOffset(t, p, -1, -1, "", E.UNSTABLE_OFFSET_COMMIT))
+            elif o is None:
                 out.append(FetchedOffset(t, p, -1, -1, ""))
             else:
                 out.append(FetchedOffset(t, p, o.offset, o.leader_epoch, o.metadata))

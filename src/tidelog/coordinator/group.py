@@ -116,6 +116,11 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     pending_commits: list[PendingCommit] = field(default_factory=list)
+    #: TxnOffsetCommit offsets written and waiting for their transaction's marker, by
+    #: producer id: a COMMIT marker makes them the group's offsets, an ABORT drops them
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(
+        default_factory=dict
+    )
     #: topics the members subscribe to, from the consumer protocol; ``None`` when unknown
     subscribed_topics: frozenset[str] | None = None
     #: the rebalance of an Empty group is in its initial delay
@@ -216,7 +221,14 @@ class Group:
         return topic in self.subscribed_topics
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or any(p.offsets for p in self.pending_commits)
+        return (
+            bool(self.offsets)
+            or any(p.offsets for p in self.pending_commits)
+            or any(self.pending_txn_offsets.values())
+        )
 
     def has_pending_commit(self, tp: tuple[str, int]) -> bool:
         return any(tp in p.offsets for p in self.pending_commits)
+
+    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
+        return any(tp in offsets for offsets in self.pending_txn_offsets.values())

@@ -862,6 +862,28 @@ def _broker_defs() -> list[ConfigDef]:
             at_least(1),
         ),
         d(
+            "transaction.max.timeout.ms",
+            _I,
+            900000,
+            "Longest transaction.timeout.ms a producer may ask for (longer ones get "
+            "INVALID_TRANSACTION_TIMEOUT).",
+            at_least(1),
+        ),
+        d(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            _I,
+            10000,
+            "How often transactions open past their timeout are looked for and aborted.",
+            at_least(1),
+        ),
+        d(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            _I,
+            3600000,
+            "How often expired transactional ids are looked for and removed.",
+            at_least(1),
+        ),
+        d(
             "transaction.state.log.replication.factor",
             _SH,
             1,
@@ -1138,23 +1160,6 @@ _NO_EFFECT = {
     "log.preallocate": "segment files grow as they are written",
     "log.flush.start.offset.checkpoint.interval.ms": (
         "log start offsets are written with every recovery point checkpoint"
-    ),
-    "transactional.id.expiration.ms": "transactions are not implemented yet",
-    "transaction.state.log.replication.factor": (
-        "transactions are not implemented yet; it only shapes __transaction_state when a "
-        "client asks for that topic by name"
-    ),
-    "transaction.state.log.min.isr": (
-        "transactions are not implemented yet; it only shapes __transaction_state when a "
-        "client asks for that topic by name"
-    ),
-    "transaction.state.log.num.partitions": (
-        "transactions are not implemented yet; it only shapes __transaction_state when a "
-        "client asks for that topic by name"
-    ),
-    "transaction.state.log.segment.bytes": (
-        "transactions are not implemented yet; it only shapes __transaction_state when a "
-        "client asks for that topic by name"
     ),
 }
 _KAFKA_TYPES = {

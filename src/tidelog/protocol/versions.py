@@ -75,6 +75,10 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.DELETE_RECORDS,                 0, 2),
     _serve(ApiKey.INIT_PRODUCER_ID,               0, 6),
     _serve(ApiKey.OFFSET_FOR_LEADER_EPOCH,        2, 4),
+    _serve(ApiKey.ADD_PARTITIONS_TO_TXN,          0, 4),
+    _serve(ApiKey.ADD_OFFSETS_TO_TXN,             0, 4),
+    _serve(ApiKey.END_TXN,                        0, 4),
+    _serve(ApiKey.TXN_OFFSET_COMMIT,              0, 4),
     _serve(ApiKey.WRITE_TXN_MARKERS,              1, 2),
     _serve(ApiKey.DESCRIBE_CONFIGS,               1, 4),
     _serve(ApiKey.ALTER_CONFIGS,                  0, 2),
@@ -85,6 +89,8 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.OFFSET_DELETE,                  0, 0),
     _serve(ApiKey.DESCRIBE_CLUSTER,               0, 2),
     _serve(ApiKey.DESCRIBE_PRODUCERS,             0, 0),
+    _serve(ApiKey.DESCRIBE_TRANSACTIONS,          0, 0),
+    _serve(ApiKey.LIST_TRANSACTIONS,              0, 2),
 )
 # fmt: on
 

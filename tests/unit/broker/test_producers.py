@@ -66,11 +66,19 @@ def test_init_producer_id_half_set_pair_is_invalid(
     assert ids == []
 
 
-def test_init_producer_id_transactional_refused(broker: Any, ids: list[int]) -> None:
+def test_init_producer_id_transactional_without_a_coordinator(broker: Any, ids: list[int]) -> None:
+    # This broker has no transaction coordinator driver: retriable, and no id is spent.
+    # (The coordinator's answers are in test_transactions_api.py.)
     response = init(broker, 4, transactional_id="tx-1")
-    assert response.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert (response.producer_id, response.producer_epoch) == (-1, -1)
     assert init(broker, 4, transactional_id="").error_code == ErrorCode.INVALID_REQUEST
+    assert ids == []
+
+
+def test_init_producer_id_two_phase_commit_refused(broker: Any, ids: list[int]) -> None:
+    response = init(broker, 6, transactional_id="tx-1", enable2_pc=True)
+    assert response.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert ids == []
 
 

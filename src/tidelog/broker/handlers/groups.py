@@ -10,8 +10,8 @@ generations, errors) are the coordinator's, see ``docs/groups.md``.
   on its own. Key type 0 (group): this broker, once the group's ``__consumer_offsets``
   partition is loaded; before that (the topic is being created, which the first request
   starts, or loaded) COORDINATOR_NOT_AVAILABLE, and the client asks again. Key type 1
-  (transaction): COORDINATOR_NOT_AVAILABLE until the transaction coordinator exists.
-  Any other type: INVALID_REQUEST. An error answer names node -1, host "", port -1.
+  (transaction): the same with the transactional id's ``__transaction_state``
+  partition. Any other type: INVALID_REQUEST. An error answer names node -1, host "", port -1.
 * JoinGroup, SyncGroup (a follower waits for the leader's assignment), LeaveGroup and
   DeleteGroups may wait: they answer with a Deferred when the coordinator completes them
   later. Heartbeat, ListGroups and DescribeGroups answer at once.
@@ -82,7 +82,10 @@ async def _find(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
             return _UNAVAILABLE
         return await driver.coordinator_error(key)
     if key_type == KEY_TYPE_TRANSACTION:
-        return _UNAVAILABLE
+        transactions = ctx.broker.transactions
+        if transactions is None:
+            return _UNAVAILABLE
+        return await transactions.coordinator_error(key)
     return ErrorCode.INVALID_REQUEST
 
 

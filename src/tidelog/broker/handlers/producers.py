@@ -9,15 +9,20 @@ coordinator's rules):
   id and epoch it sent: Kafka allocates a fresh id for every idempotent (non-transactional)
   producer, which bumps its epoch on its own when it needs to (KIP-360);
 * an empty transactional id: INVALID_REQUEST (Kafka's rule);
-* any other transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED until the transaction
-  coordinator exists. It is fatal for the client, which then fails at once with a clear
-  message instead of retrying a coordinator that will never answer;
+* any other transactional id goes to the transaction coordinator
+  (:mod:`tidelog.coordinator.transactions`): the id's producer id with a bumped epoch,
+  which fences its older producers; a first use gets a new producer id (from the
+  controller's producer id blocks) with epoch 0; an open transaction of the id is aborted
+  first and the request answered CONCURRENT_TRANSACTIONS meanwhile; a
+  ``transaction_timeout`` above ``transaction.max.timeout.ms``:
+  INVALID_TRANSACTION_TIMEOUT. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4
+  (KIP-588). v6's two-phase commit (``enable_2pc``, ``keep_prepared_txn``; KIP-939) is
+  not served: TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
 * an id that cannot be allocated (the controller is unavailable):
   COORDINATOR_NOT_AVAILABLE, retriable.
 
 DescribeProducers (KIP-664): per requested partition, every producer the partition keeps
-state for (``coordinator_epoch`` and ``current_txn_start_offset`` -1 until transactions
-exist); a partition this broker does not host: UNKNOWN_TOPIC_OR_PARTITION.
+state for; a partition this broker does not host: UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ from kio.schema.types import ProducerId
 from kio.static.primitive import i32, i64
 
 from tidelog.broker.connection import RequestContext
+from tidelog.broker.handlers.groups import ms
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE
+from tidelog.broker.handlers.transactions import fenced_code, txn_driver_of
+from tidelog.coordinator.transactions import InitProducerIdRequest, InitProducerIdResult
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 
 _log = logging.getLogger(__name__)
@@ -66,18 +74,59 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
     if (producer_id == -1) != (producer_epoch == -1):
         return _init_response(version, ErrorCode.INVALID_REQUEST)
     transactional_id = request.transactional_id
-    if transactional_id is not None:
-        if transactional_id == "":
-            return _init_response(version, ErrorCode.INVALID_REQUEST)
+    if transactional_id == "":
+        return _init_response(version, ErrorCode.INVALID_REQUEST)
+    if getattr(request, "enable2_pc", False) or getattr(request, "keep_prepared_txn", False):
+        # Two-phase commit (KIP-939) is not served; Kafka refuses it the same way when
+        # transaction.two.phase.commit.enable is off.
         return _init_response(version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    # Broker.allocate_producer_id comes with the metadata layer (through the controller).
-    broker: Any = ctx.broker
+    if transactional_id is not None:
+        return await _init_transactional(
+            ctx, transactional_id, ms(request.transaction_timeout), producer_id, producer_epoch
+        )
+    new_id = await _allocate(ctx)
+    if new_id is None:
+        return _init_response(version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return _init_response(version, ErrorCode.NONE, new_id, 0)
+
+
+async def _allocate(ctx: RequestContext) -> int | None:
+    """A fresh producer id from the controller's blocks; None when none can be had."""
     try:
-        new_id = await broker.allocate_producer_id()
+        return int(await ctx.broker.allocate_producer_id())
     except Exception:
         _log.exception("could not allocate a producer id")
-        return _init_response(version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    return _init_response(version, ErrorCode.NONE, int(new_id), 0)
+        return None
+
+
+async def _init_transactional(
+    ctx: RequestContext,
+    transactional_id: str,
+    timeout_ms: int,
+    producer_id: int,
+    producer_epoch: int,
+) -> object:
+    version = ctx.api_version
+
+    def build(result: InitProducerIdResult) -> object:
+        error = fenced_code(result.error, fenced_from=4, version=version)
+        return _init_response(version, error, result.producer_id, result.producer_epoch)
+
+    driver = txn_driver_of(ctx)
+    if driver is None:
+        return build(InitProducerIdResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    new_id = None
+    if driver.coordinator.needs_producer_id(transactional_id):
+        new_id = await _allocate(ctx)
+        if new_id is None:
+            return build(InitProducerIdResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    req = InitProducerIdRequest(transactional_id, timeout_ms, producer_id, producer_epoch, new_id)
+    coordinator = driver.coordinator
+    return driver.respond(
+        lambda token, now: coordinator.init_producer_id(token, now, req),
+        InitProducerIdResult(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        build,
+    )
 
 
 @handles(ApiKey.DESCRIBE_PRODUCERS)
