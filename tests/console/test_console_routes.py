@@ -647,3 +647,26 @@ def test_the_console_shows_another_kafka_implementation(tmp_path: Path) -> None:
             ]
     finally:
         tansu.stop()
+
+
+def test_a_search_page_shows_progress_before_its_results(
+    broker: BrokerProcess, admin: Admin, topic_name: str
+) -> None:
+    make_topic(admin, topic_name, 2)
+    produce(
+        broker, topic_name, [{"value": f"r{i}".encode(), "partition": i % 2} for i in range(40)]
+    )
+    # A progress line after every poll, so that even this small search sends some.
+    app = create_app(ConsoleConfig(broker.bootstrap, progress_every=0))
+    with TestClient(app) as client:
+        page = client.get(f"/topics/{topic_name}/messages", params={"q": "r3", "in": "value"})
+    assert page.status_code == 200
+    text = page.text
+    ticks = re.findall(r'<div class="tick">Searching… ([\d,]+) records examined', text)
+    assert ticks, "no progress line"
+    assert all(0 < int(t.replace(",", "")) <= 40 for t in ticks)
+    assert text.index('<div class="tick">') < text.index('id="summary"')
+    assert "partition 0 at" in text
+    expected = sorted((i % 2, i // 2) for i in range(40) if f"r{i}".startswith("r3"))
+    assert sorted(message_positions(text)) == expected
+    assert text.rstrip().endswith("</html>")

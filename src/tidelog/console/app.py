@@ -14,12 +14,14 @@ else reaches the browser as a stack trace: an unexpected failure is logged and a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hmac
+import html
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from urllib.parse import urlencode, urlsplit
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -49,12 +51,20 @@ from tidelog.client.aio.producer import AIOProducer
 from tidelog.client.groups import RESET_KINDS, ResetSpec
 from tidelog.console import forms, model, render
 from tidelog.console.forms import InputError
-from tidelog.console.scan import ScanResult, scan, text_matcher
+from tidelog.console.scan import (
+    PartitionProgress,
+    ProgressCallback,
+    ScanResult,
+    scan,
+    text_matcher,
+)
 from tidelog.protocol import ErrorCode
 
 log = logging.getLogger("tidelog.console")
 
 HERE = Path(__file__).parent
+# Where a streamed search page puts its progress and results.
+_SCAN_MARK = "@@SCAN@@"
 
 PAGE_SIZE = 100
 MAX_PAGE_SIZE = 500
@@ -81,6 +91,8 @@ class ConsoleConfig:
     auth_user: str | None = None
     auth_password: str | None = None
     read_only: bool = False
+    # How often a running search sends a line of progress to the page.
+    progress_every: float = 0.5
     client_config: dict[str, Any] = field(default_factory=dict)
 
     def client(self, **extra: Any) -> dict[str, Any]:
@@ -316,17 +328,6 @@ def create_app(config: ConsoleConfig) -> Starlette:
                 for tp, r in found.items()
             }
         newest = mode == "newest" and not cursor_raw and not search
-        result = await scan(
-            clients(request).config.client(),
-            name,
-            begin,
-            last,
-            limit=size * len(chosen) if newest else size,
-            max_records=max_records if search else MAX_SEARCH_RECORDS,
-            max_seconds=max_seconds if search else BROWSE_SECONDS,
-            matcher=text_matcher(search, fields) if search else None,
-        )
-        records = _ordered(result, newest=newest, size=size)
         params = {
             "partition": chosen_text,
             "mode": mode,
@@ -337,12 +338,6 @@ def create_app(config: ConsoleConfig) -> Starlette:
             "max_seconds": str(max_seconds),
             "until": forms.cursor_text(last),
         }
-        if forms.text(q, "download") == "json":
-            return _download(name, records)
-        next_url = None
-        if not result.complete:
-            more = dict(params, cursor=forms.cursor_text(result.cursor()))
-            next_url = f"/topics/{name}/messages?{urlencode(more)}"
         # The same request again, bounded by the same end offsets, as a file.
         this_page = dict(
             params,
@@ -351,19 +346,44 @@ def create_app(config: ConsoleConfig) -> Starlette:
             cursor=cursor_raw,
             download="json",
         )
-        return page(
-            request,
-            "messages.html",
-            name=name,
-            info=info,
-            records=records,
-            result=result,
-            params=params,
-            search=search,
-            next_url=next_url,
-            download_url=f"/topics/{name}/messages?{urlencode(this_page)}",
-            form={**params, "offset": q.get("offset", ""), "timestamp": q.get("timestamp", "")},
-        )
+        context: dict[str, Any] = {
+            "name": name,
+            "info": info,
+            "params": params,
+            "search": search,
+            "download_url": f"/topics/{name}/messages?{urlencode(this_page)}",
+            "form": {**params, "offset": q.get("offset", ""), "timestamp": q.get("timestamp", "")},
+        }
+
+        async def run(on_progress: ProgressCallback | None = None) -> ScanResult:
+            return await scan(
+                clients(request).config.client(),
+                name,
+                begin,
+                last,
+                limit=size * len(chosen) if newest else size,
+                max_records=max_records if search else MAX_SEARCH_RECORDS,
+                max_seconds=max_seconds if search else BROWSE_SECONDS,
+                matcher=text_matcher(search, fields) if search else None,
+                on_progress=on_progress,
+                progress_every=config.progress_every,
+            )
+
+        def outcome(result: ScanResult) -> dict[str, Any]:
+            next_url = None
+            if not result.complete:
+                more = dict(params, cursor=forms.cursor_text(result.cursor()))
+                next_url = f"/topics/{name}/messages?{urlencode(more)}"
+            records = _ordered(result, newest=newest, size=size)
+            return {"records": records, "result": result, "next_url": next_url}
+
+        if forms.text(q, "download") == "json":
+            result = await run()
+            return _download(name, _ordered(result, newest=newest, size=size))
+        if search:
+            return _streamed_search(request, templates, context, run, outcome)
+        result = await run()
+        return page(request, "messages.html", **context, **outcome(result))
 
     # -- produce --------------------------------------------------------------------------------
 
@@ -553,6 +573,62 @@ async def _form(request: Request) -> dict[str, str]:
     """The form's text fields (the console's forms upload no files)."""
     form = await request.form()
     return {k: v for k, v in form.multi_items() if isinstance(v, str)}
+
+
+def _streamed_search(
+    request: Request,
+    templates: Jinja2Templates,
+    context: dict[str, Any],
+    run: Callable[[ProgressCallback], Coroutine[Any, Any, ScanResult]],
+    outcome: Callable[[ScanResult], dict[str, Any]],
+) -> Response:
+    """The search page, sent while the search runs: the page down to the form, then a line
+    of progress now and then (CSS shows the last), then the results and the rest. The
+    browser renders each part as it arrives. A Kafka error once the page has begun is shown
+    where the results would be (the status, 200, has been sent by then)."""
+    shell = templates.get_template("messages.html").render(
+        {**context, "request": request, "streaming": True}
+    )
+    head, tail = shell.split(_SCAN_MARK, 1)
+
+    async def body() -> AsyncIterator[str]:
+        ticks: asyncio.Queue[str] = asyncio.Queue()
+
+        def report(progress: dict[int, PartitionProgress], examined: int, kept: int) -> None:
+            where = ", ".join(
+                f"partition {p.partition} at {p.next:,} of {p.end:,}" for p in progress.values()
+            )
+            ticks.put_nowait(
+                f'<div class="tick">Searching… {examined:,} records examined, {kept:,} '
+                f"found; {html.escape(where)}</div>\n"
+            )
+
+        task = asyncio.create_task(run(report))
+        yield head
+        try:
+            while not task.done():
+                waiter = asyncio.ensure_future(ticks.get())
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter.done():
+                    yield waiter.result()
+                else:
+                    waiter.cancel()
+            result = task.result()
+        except ClientError as exc:
+            errors = templates.get_template("error_items.html").render(
+                {"errors": _kafka_errors(exc)}
+            )
+            yield f'</div><div class="alert" id="error">{errors}</div>{tail[len("</div>") :]}'
+            return
+        finally:
+            if not task.done():
+                task.cancel()
+        results = templates.get_template("messages_results.html").render(
+            {**context, **outcome(result), "request": request}
+        )
+        yield tail.replace("</div>", "</div>" + results, 1)
+
+    return StreamingResponse(body(), media_type="text/html; charset=utf-8")
 
 
 def _download(topic: str, records: list[ConsumerRecord]) -> Response:

@@ -69,6 +69,8 @@ class ScanResult:
 
 
 Matcher = Callable[[ConsumerRecord], bool]
+# Told how far a scan has got: the progress per partition, records examined, records kept.
+ProgressCallback = Callable[[dict[int, PartitionProgress], int, int], None]
 
 
 def text_matcher(text: str, fields: str = "any") -> Matcher:
@@ -102,8 +104,12 @@ async def scan(
     max_records: int,
     max_seconds: float,
     matcher: Matcher | None = None,
+    on_progress: ProgressCallback | None = None,
+    progress_every: float = 0.5,
 ) -> ScanResult:
-    """Read ``topic``'s partitions from ``start`` up to ``end`` (both per partition)."""
+    """Read ``topic``'s partitions from ``start`` up to ``end`` (both per partition).
+
+    ``on_progress`` is called after a poll at most every ``progress_every`` seconds."""
     progress = {
         p: PartitionProgress(p, min(start[p], end[p]), min(start[p], end[p]), end[p])
         for p in sorted(start)
@@ -113,6 +119,7 @@ async def scan(
     if not pending or limit <= 0:
         return ScanResult(found, progress, STOP_END if not pending else STOP_LIMIT)
     deadline = time.monotonic() + max_seconds
+    next_report = time.monotonic() + progress_every
     examined = 0
     consumer = AIOConsumer(
         dict(consumer_config),
@@ -170,6 +177,9 @@ async def scan(
             if finished:
                 pending -= finished
                 consumer.assign(sorted(pending))
+            if on_progress is not None and time.monotonic() >= next_report:
+                next_report = time.monotonic() + progress_every
+                on_progress(progress, examined, len(found))
         return ScanResult(found, progress, stopped)
     finally:
         await consumer.close()
@@ -181,6 +191,7 @@ __all__ = [
     "STOP_RECORDS",
     "STOP_TIME",
     "PartitionProgress",
+    "ProgressCallback",
     "ScanResult",
     "scan",
     "text_matcher",
