@@ -405,6 +405,13 @@ def test_reset_to_exact_offsets_previews_then_commits(
         f"/groups/{group}/reset", data={"topic": "*", "kind": "earliest", "action": "execute"}
     )
     assert committed(admin, group) == {tp0: 0, tp1: 0}
+    shift = {"topic": "*", "kind": "shift", "action": "execute"}
+    console.post(f"/groups/{group}/reset", data={**shift, "shift": "5"})
+    assert committed(admin, group) == {tp0: 5, tp1: 5}
+    bad = console.post(f"/groups/{group}/reset", data={**shift, "shift": "five"})
+    assert bad.status_code == 400
+    assert "shift by &#39;five&#39;: not a whole number" in bad.text
+    assert committed(admin, group) == {tp0: 5, tp1: 5}
 
 
 def test_reset_to_a_timestamp(
