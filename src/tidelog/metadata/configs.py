@@ -444,7 +444,8 @@ def _broker_defs() -> list[ConfigDef]:
             _LI,
             None,
             "Listener names used by controllers: served, but never given to clients in "
-            "Metadata (on a single node they answer every API like the other listeners).",
+            "Metadata. They answer every API the other listeners do, plus what brokers send "
+            "the controller (BrokerRegistration, BrokerHeartbeat, UnregisterBroker).",
         ),
         d(
             "process.roles",
@@ -452,6 +453,28 @@ def _broker_defs() -> list[ConfigDef]:
             ("broker", "controller"),
             "Roles of this process; a single node is both broker and controller.",
             each_of("broker", "controller"),
+        ),
+        d(
+            "broker.rack",
+            _S,
+            None,
+            "Rack of this broker: sent in its registration and given to clients in Metadata "
+            "and DescribeCluster.",
+        ),
+        d(
+            "broker.heartbeat.interval.ms",
+            _I,
+            2000,
+            "How often a broker heartbeats its controller (a node's own broker too).",
+            at_least(1),
+        ),
+        d(
+            "broker.session.timeout.ms",
+            _I,
+            9000,
+            "A broker not heard from for this long is fenced by the active controller: its "
+            "leaderships move and clients are no longer given it.",
+            at_least(1),
         ),
         d(
             "controller.quorum.voters",

@@ -423,8 +423,6 @@ NO_EFFECT_REASONS: tuple[tuple[str, str], ...] = (
     ("max.connection", "connection limits are not enforced"),
     ("controller.", "a single node is its own controller; there is no controller to reach"),
     ("metadata.", "the metadata log keeps its own segment and snapshot settings"),
-    ("broker.heartbeat.", "a single node is its own controller; there is no controller to reach"),
-    ("broker.session.", "a single node is its own controller; there is no controller to reach"),
     ("initial.broker.registration.", "a single node is its own controller"),
     ("compression.", "compression levels are the codecs' defaults"),
     ("log.cleaner.", "the log cleaner sizes itself"),
