@@ -224,15 +224,21 @@ def produce_step(
     compression: str = "none",
     idempotence: bool = True,
     configs: dict[str, str] | None = None,
+    transactional_id: str | None = None,
+    end: str = "commit",
 ) -> Step:
-    """Writes `records`, each to its own partition; results: one (partition, offset) each."""
-    options = {
+    """Writes `records`, each to its own partition; results: one (partition, offset) each.
+    With `transactional_id`, all of them in one transaction that `end`s with "commit" or
+    "abort"."""
+    options: dict[str, Any] = {
         "topic": topic,
         "acks": acks,
         "compression": compression,
         "idempotence": idempotence,
         "configs": configs or {},
     }
+    if transactional_id is not None:
+        options.update(transactional_id=transactional_id, end=end)
     return Step("produce", options, records)
 
 

@@ -9,9 +9,12 @@
 // A record line is {"key": b64|null, "value": b64|null, "headers": [[name, b64|null], ...],
 //                   "partition": int|null, "timestamp": int|null}.
 //
-//   produce         {topic, acks, compression, idempotence, partition?, configs?}
+//   produce         {topic, acks, compression, idempotence, partition?, configs?,
+//                    transactional_id?, end?: "commit"|"abort"}
 //                   stdin: record lines. stdout: one {"partition","offset","timestamp"} line per
-//                   record, in input order.
+//                   record, in input order. With transactional_id every record is sent in one
+//                   transaction (initTransactions, beginTransaction), which is committed, or
+//                   aborted after a flush when end is "abort".
 //   consume         {topic, partitions?, offsets?: {"P": offset}, from?: "beginning"|"end",
 //                    max_records, timeout_ms, group?}  (group: subscribe instead of assign)
 //                   stdout: {"partition","offset","timestamp","key","value","headers"} lines.
@@ -189,8 +192,14 @@ public final class InteropClient {
         putAll(p, o.get("configs"));
         String topic = str(o, "topic");
         Object defaultPartition = o.get("partition");
+        String transactionalId = (String) o.get("transactional_id");
+        if (transactionalId != null) p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
         List<Future<RecordMetadata>> sent = new ArrayList<>();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            if (transactionalId != null) {
+                producer.initTransactions();
+                producer.beginTransaction();
+            }
             for (Map<String, Object> r : records) {
                 Object part = r.get("partition") != null ? r.get("partition") : defaultPartition;
                 Integer partition = part == null ? null : ((Number) part).intValue();
@@ -207,6 +216,10 @@ public final class InteropClient {
                         bytes(r.get("key")), bytes(r.get("value")), headers)));
             }
             producer.flush();
+            if (transactionalId != null) {
+                if ("abort".equals(o.get("end"))) producer.abortTransaction();
+                else producer.commitTransaction();
+            }
             List<Object> results = new ArrayList<>();
             for (Future<RecordMetadata> f : sent) {
                 RecordMetadata md = f.get();

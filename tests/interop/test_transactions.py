@@ -1,0 +1,363 @@
+"""Transactions against a real `tidelog serve`: every client family's transactional producer,
+read back by `read_committed` consumers of several families (confluent-kafka, kcat, the Java
+client), which must see exactly the committed records and never an aborted one.
+
+Also: a consume-transform-produce loop with `send_offsets_to_transaction`, zombie fencing by a
+second producer of the same transactional id, a transaction left open past its timeout that the
+broker aborts, and a broker restart in the middle of transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from interop_broker import BrokerProcess
+from interop_data import Rec, wait_until
+from java_harness import JavaClient, consume_step, produce_step, to_gots
+
+TIMEOUT = 30.0
+KCAT = shutil.which("kcat") or "kcat"
+#: How often the broker looks for transactions past their timeout, in the tests that wait
+#: for one (Kafka's default is 10 s).
+ABORT_CHECK_MS = 200
+
+
+def broker_args(*overrides: str) -> list[str]:
+    args = []
+    for override in (
+        "transaction.state.log.num.partitions=4",
+        "offsets.topic.num.partitions=4",
+        f"transaction.abort.timed.out.transaction.cleanup.interval.ms={ABORT_CHECK_MS}",
+        *overrides,
+    ):
+        args += ["--override", override]
+    return args
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("broker"), extra_args=broker_args())
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=TIMEOUT)
+    futures[name].result(TIMEOUT)
+
+
+def txn_producer(broker: BrokerProcess, transactional_id: str, **configs: object) -> Producer:
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id, **configs}
+    )
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
+def produce_in_txn(producer: Producer, topic: str, values: Sequence[str], partitions: int) -> None:
+    producer.begin_transaction()
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), partition=i % partitions)
+    producer.flush(TIMEOUT)
+
+
+def read_values(
+    broker: BrokerProcess, topic: str, partitions: int, *, committed: bool = True
+) -> list[str]:
+    """Every value of `topic` up to the end a consumer of that isolation level sees (for
+    read_committed: the last stable offset), in partition then offset order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: no end of partition seen in {got}"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    continue
+                raise KafkaException(message.error())
+            at_end.discard(message.partition())
+            got[message.partition()].append(message.value().decode())
+    finally:
+        consumer.close()
+    return [v for p in range(partitions) for v in got[p]]
+
+
+def kcat_read_committed(broker: BrokerProcess, topic: str) -> list[str]:
+    """The values kcat reads with isolation.level=read_committed up to the end, sorted."""
+    result = subprocess.run(
+        [KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-e", "-q", "-f", "%p %s\n",
+         "-X", "isolation.level=read_committed"],
+        capture_output=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    # "%p %s": the partition keeps empty lines apart from no output at all
+    return sorted(line.split(" ", 1)[1] for line in result.stdout.decode().splitlines())
+
+
+def committed_and_aborted(prefix: str, n: int = 6) -> tuple[list[str], list[str]]:
+    return [f"{prefix}-commit-{i}" for i in range(n)], [f"{prefix}-abort-{i}" for i in range(n)]
+
+
+def by_partition(values: Sequence[str], partitions: int) -> list[str]:
+    """The order read_values returns `values` in, when value i went to partition i % n."""
+    return [v for p in range(partitions) for i, v in enumerate(values) if i % partitions == p]
+
+
+# -- confluent-kafka -----------------------------------------------------------------------
+
+
+def test_confluent_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker, topic_name, 2)
+    committed, aborted = committed_and_aborted("ck")
+    producer = txn_producer(broker, f"{topic_name}-tx")
+    produce_in_txn(producer, topic_name, committed, 2)
+    producer.commit_transaction(TIMEOUT)
+    produce_in_txn(producer, topic_name, aborted, 2)
+    producer.abort_transaction(TIMEOUT)
+    expected = by_partition(committed, 2)
+    assert read_values(broker, topic_name, 2) == expected
+    assert kcat_read_committed(broker, topic_name) == sorted(expected)
+    # read_uncommitted sees the aborted records too: the filtering above is real
+    uncommitted = read_values(broker, topic_name, 2, committed=False)
+    assert sorted(uncommitted) == sorted(committed + aborted)
+
+
+def test_confluent_consume_transform_produce(broker: BrokerProcess, topic_name: str) -> None:
+    source, sink, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-g"
+    create_topic(broker, source, 2)
+    create_topic(broker, sink, 2)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    inputs = [f"in-{i}" for i in range(20)]
+    for i, value in enumerate(inputs):
+        plain.produce(source, value=value.encode(), partition=i % 2)
+    plain.flush(TIMEOUT)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([source])
+    producer = txn_producer(broker, f"{topic_name}-etl")
+
+    def process_batch(commit: bool) -> int:
+        """One transaction: what the consumer has now, transformed; True commits it."""
+        messages = [m for m in consumer.consume(10, 1.0) if not m.error()]
+        if not messages:
+            return 0
+        producer.begin_transaction()
+        for m in messages:
+            producer.produce(sink, value=m.value().upper(), partition=m.partition())
+        producer.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), TIMEOUT
+        )
+        if commit:
+            producer.commit_transaction(TIMEOUT)
+        else:
+            producer.abort_transaction(TIMEOUT)
+            # start again from the last committed offsets, as a real loop does after an abort
+            committed = consumer.committed(consumer.assignment(), TIMEOUT)
+            for tp in committed:
+                consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+        return len(messages)
+
+    try:
+        wait_until(lambda: process_batch(commit=False) > 0, "a first batch to abort")
+        done = 0
+        deadline = time.monotonic() + TIMEOUT
+        while done < len(inputs):
+            assert time.monotonic() < deadline, f"processed {done} of {len(inputs)}"
+            done += process_batch(commit=True)
+        assert done == len(inputs)
+        committed = consumer.committed(
+            [TopicPartition(source, 0), TopicPartition(source, 1)], TIMEOUT
+        )
+        assert [tp.offset for tp in committed] == [10, 10]
+    finally:
+        consumer.close()
+    out = read_values(broker, sink, 2)
+    assert sorted(out) == sorted(v.upper() for v in inputs)
+
+
+def test_a_second_producer_fences_the_first(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker, topic_name, 1)
+    tid = f"{topic_name}-zombie"
+    zombie = txn_producer(broker, tid)
+    produce_in_txn(zombie, topic_name, ["zombie-0", "zombie-1"], 1)
+    successor = txn_producer(broker, tid)  # aborts the zombie's open transaction
+    produce_in_txn(successor, topic_name, ["new-0"], 1)
+    successor.commit_transaction(TIMEOUT)
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(TIMEOUT)
+    error = raised.value.args[0]
+    assert error.fatal(), error
+    assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED), error
+    assert read_values(broker, topic_name, 1) == ["new-0"]
+
+
+def test_an_open_transaction_past_its_timeout_is_aborted(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker, topic_name, 1)
+    hanging = txn_producer(broker, f"{topic_name}-hang", **{"transaction.timeout.ms": 2000})
+    produce_in_txn(hanging, topic_name, ["hung-0", "hung-1"], 1)
+    # A later committed transaction stays invisible while the hung one holds the LSO back.
+    other = txn_producer(broker, f"{topic_name}-other")
+    produce_in_txn(other, topic_name, ["after-0"], 1)
+    other.commit_transaction(TIMEOUT)
+    wait_until(
+        lambda: read_values(broker, topic_name, 1) == ["after-0"],
+        "the broker to abort the hung transaction and read_committed to reach past it",
+        timeout=TIMEOUT,
+    )
+    assert kcat_read_committed(broker, topic_name) == ["after-0"]
+    with pytest.raises(KafkaException) as raised:
+        hanging.commit_transaction(TIMEOUT)
+    assert raised.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError._STATE,
+    ), raised.value
+
+
+def test_restart_keeps_committed_and_finishes_the_rest(tmp_path: Path, topic_name: str) -> None:
+    process = BrokerProcess(tmp_path, extra_args=broker_args())
+    process.start()
+    try:
+        create_topic(process, topic_name, 2)
+        producer = txn_producer(process, f"{topic_name}-a")
+        produce_in_txn(producer, topic_name, ["first-0", "first-1"], 2)
+        producer.commit_transaction(TIMEOUT)
+        # open across the restart: its producer goes on and commits it afterwards
+        produce_in_txn(producer, topic_name, ["second-0", "second-1"], 2)
+        # open across the restart and never finished: aborted once its timeout passes
+        abandoned = txn_producer(process, f"{topic_name}-b", **{"transaction.timeout.ms": 3000})
+        produce_in_txn(abandoned, topic_name, ["lost-0", "lost-1"], 2)
+        process.stop()
+        process.restart()
+        producer.commit_transaction(TIMEOUT)
+        expected = sorted(["first-0", "first-1", "second-0", "second-1"])
+        wait_until(
+            lambda: sorted(read_values(process, topic_name, 2)) == expected,
+            "the abandoned transaction to be aborted after the restart",
+            timeout=TIMEOUT,
+        )
+        assert sorted(kcat_read_committed(process, topic_name)) == expected
+    finally:
+        process.stop()
+
+
+# -- kafka-python and aiokafka -------------------------------------------------------------
+
+
+def test_kafka_python_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
+    from kafka import KafkaProducer
+
+    create_topic(broker, topic_name, 2)
+    committed, aborted = committed_and_aborted("kp")
+    producer = KafkaProducer(
+        bootstrap_servers=broker.bootstrap, transactional_id=f"{topic_name}-tx"
+    )
+    try:
+        producer.init_transactions()
+        for values, commit in ((committed, True), (aborted, False)):
+            producer.begin_transaction()
+            for i, value in enumerate(values):
+                producer.send(topic_name, value=value.encode(), partition=i % 2)
+            producer.flush()
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close()
+    assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
+    assert kcat_read_committed(broker, topic_name) == sorted(committed)
+
+
+def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    create_topic(broker, topic_name, 2)
+    committed, aborted = committed_and_aborted("aio")
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap, transactional_id=f"{topic_name}-tx"
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i, value in enumerate(committed):
+                    await producer.send_and_wait(topic_name, value.encode(), partition=i % 2)
+            await producer.begin_transaction()
+            for i, value in enumerate(aborted):
+                await producer.send_and_wait(topic_name, value.encode(), partition=i % 2)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), TIMEOUT))
+    assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
+    assert kcat_read_committed(broker, topic_name) == sorted(committed)
+
+
+# -- the Java client -----------------------------------------------------------------------
+
+
+def test_java_commit_then_abort(java: JavaClient, broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker, topic_name, 2)
+    committed, aborted = committed_and_aborted("java")
+
+    def recs(values: Sequence[str]) -> list[Rec]:
+        return [Rec(None, v.encode(), partition=i % 2) for i, v in enumerate(values)]
+
+    tid = f"{topic_name}-tx"
+    read = {"max_records": 100, "timeout_ms": 5000}
+    results = java.batch(
+        produce_step(topic_name, recs(committed), transactional_id=tid),
+        produce_step(topic_name, recs(aborted), transactional_id=tid, end="abort"),
+        consume_step(topic_name, **read, configs={"isolation.level": "read_committed"}),
+        consume_step(topic_name, **read, configs={"isolation.level": "read_uncommitted"}),
+    )
+    seen_committed = to_gots(results[2])
+    seen_uncommitted = to_gots(results[3])
+    assert sorted(g.value.decode() for g in seen_committed if g.value) == sorted(committed)
+    assert sorted(g.value.decode() for g in seen_uncommitted if g.value) == sorted(
+        committed + aborted
+    )
+    assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
+    assert kcat_read_committed(broker, topic_name) == sorted(committed)
