@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tidelog.broker.reply import Handler
 from tidelog.broker.server import BrokerServer
 from tidelog.client.connection import Connection as ClientConnection
 from tidelog.metadata.errors import ConfigError
+from tidelog.metadata.quorum_state import FileQuorumStateStore
 from tidelog.metadata.raft import Entry, RaftConfig, Role
 from tidelog.metadata.raft.messages import FetchRequest, FetchResponse
 from tidelog.metadata.raft.store import QuorumStateStore, RaftLog
@@ -34,6 +36,7 @@ from tidelog.metadata.raft.wire import (
     read_response,
     write_request,
 )
+from tidelog.metadata.raft_log import FileRaftLog
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.protocol.versions import CONTROLLER_VERSIONS
 from tidelog.storage import LogManager
@@ -64,10 +67,9 @@ async def eventually(check: Callable[[], object], what: str, timeout: float = TI
 class Member:
     """One voter: its controller listener, its driver, and the disk it keeps across restarts."""
 
-    def __init__(self, node_id: int, data_dir: Path, log: RaftLog, store: QuorumStateStore) -> None:
+    def __init__(self, node_id: int, data_dir: Path, disk: Disk) -> None:
         self.node_id = node_id
-        self.log = log
-        self.store = store
+        self.disk = disk
         self.logs = LogManager([data_dir], clock=lambda: 0)
         self.logs.open()
         self.broker = Broker(node_id=node_id, partitions=Partitions(self.logs), clock=lambda: 0)
@@ -95,12 +97,13 @@ class Member:
 
     async def start(self, voters: dict[int, tuple[str, int]]) -> None:
         self.committed = []
+        log, store = self.disk.open(self.node_id, voters)
         self.driver = RaftDriver(
             node_id=self.node_id,
             voters=voters,
             cluster_id=CLUSTER,
-            log=self.log,
-            store=self.store,
+            log=log,
+            store=store,
             config=CONFIG,
         )
         self.handlers.clear()
@@ -115,6 +118,7 @@ class Member:
         if self.server is not None:
             await self.server.shutdown()
             self.server = None
+        self.disk.close()
 
     def records(self) -> list[bytes]:
         return [record for entry in self.committed if not entry.control for record in entry.records]
@@ -126,8 +130,10 @@ class Member:
 
 
 class Quorum:
-    def __init__(self, tmp_path: Path, disks: Callable[[int], tuple[RaftLog, QuorumStateStore]]):
-        self.members = {n: Member(n, tmp_path / f"node{n}", *disks(n)) for n in (1, 2, 3)}
+    def __init__(self, tmp_path: Path, disk: Callable[[Path], Disk]) -> None:
+        self.members = {
+            n: Member(n, tmp_path / f"node{n}", disk(tmp_path / f"node{n}")) for n in (1, 2, 3)
+        }
         self.voters: dict[int, tuple[str, int]] = {}
 
     async def start(self) -> None:
@@ -164,17 +170,58 @@ class Quorum:
         return leader
 
 
-def in_memory(_: int) -> tuple[RaftLog, QuorumStateStore]:
-    return SimRaftLog(), SimQuorumStateStore()
+class Disk:
+    """What a member keeps across its restarts: its Raft log and quorum-state file."""
+
+    def open(
+        self, node_id: int, voters: dict[int, tuple[str, int]]
+    ) -> tuple[RaftLog, QuorumStateStore]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The process goes away: files are closed, memory is kept (it stands for a disk)."""
+
+
+class InMemoryDisk(Disk):
+    """The test kit's log and quorum-state file; the same objects after a restart."""
+
+    def __init__(self, _: Path) -> None:
+        self.log = SimRaftLog()
+        self.store = SimQuorumStateStore()
+
+    def open(
+        self, node_id: int, voters: dict[int, tuple[str, int]]
+    ) -> tuple[RaftLog, QuorumStateStore]:
+        return self.log, self.store
+
+
+class FileDisk(Disk):
+    """The production files under ``<dir>/metadata``: reopened from disk on every start."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory / "metadata"
+        self.log: FileRaftLog | None = None
+
+    def open(
+        self, node_id: int, voters: dict[int, tuple[str, int]]
+    ) -> tuple[RaftLog, QuorumStateStore]:
+        self.log = FileRaftLog.open(self.directory, clock=lambda: int(time.time() * 1000))
+        store = FileQuorumStateStore.open(self.directory, voters, cluster_id=CLUSTER)
+        return self.log, store
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
 
 def run_quorum(
     tmp_path: Path,
     scenario: Callable[[Quorum], Awaitable[None]],
-    disks: Callable[[int], tuple[RaftLog, QuorumStateStore]] = in_memory,
+    disk: Callable[[Path], Disk] | None = None,
 ) -> None:
     async def main() -> None:
-        quorum = Quorum(tmp_path, disks)
+        quorum = Quorum(tmp_path, disk or InMemoryDisk)
         await quorum.start()
         try:
             await scenario(quorum)
@@ -233,14 +280,18 @@ def test_a_proposal_on_a_follower_fails_with_not_leader_or_follower(tmp_path: Pa
     run_quorum(tmp_path, scenario)
 
 
-def test_the_others_elect_a_new_leader_and_the_old_one_catches_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("disk", [InMemoryDisk, FileDisk], ids=["in-memory", "on-disk"])
+def test_the_others_elect_a_new_leader_and_the_old_one_catches_up(
+    tmp_path: Path, disk: Callable[[Path], Disk]
+) -> None:
     async def scenario(quorum: Quorum) -> None:
         first = await quorum.elected()
         old_epoch = first.d.epoch
         before = [f"before-{i}".encode() for i in range(10)]
-        await commit_on(first, before)
+        last_before = await commit_on(first, before)
         # A proposal still waiting when its leader goes away is failed, not left hanging.
         pending = first.d.propose([b"maybe"])
+        durable_end = first.d.node.log.flushed_end_offset()
         await first.stop()
         with pytest.raises(NotLeaderError):
             await pending
@@ -258,6 +309,9 @@ def test_the_others_elect_a_new_leader_and_the_old_one_catches_up(tmp_path: Path
         # The old leader comes back on its address with the log it had.
         await first.listen()
         await first.start(quorum.voters)
+        # What it had flushed and the epoch it was in came back from its disk.
+        assert first.d.node.log.end_offset() >= durable_end > last_before
+        assert first.d.epoch >= old_epoch
         await eventually(
             lambda: first.d.role is Role.FOLLOWER and first.d.leader_id == second.node_id,
             "the restarted node to follow the new leader",
@@ -275,7 +329,7 @@ def test_the_others_elect_a_new_leader_and_the_old_one_catches_up(tmp_path: Path
         )
         assert all(m.records()[-1] == b"final" for m in quorum.running())
 
-    run_quorum(tmp_path, scenario)
+    run_quorum(tmp_path, scenario, disk)
 
 
 def test_describe_quorum_is_answered_over_a_socket(tmp_path: Path) -> None:
@@ -319,7 +373,7 @@ def test_describe_quorum_is_answered_over_a_socket(tmp_path: Path) -> None:
 
         # A node outside the voters (a broker) fetches as an observer: it finds the leader,
         # catches up, and is listed apart from the voters.
-        observer = Member(4, tmp_path / "node4", *in_memory(4))
+        observer = Member(4, tmp_path / "node4", InMemoryDisk(tmp_path / "node4"))
         quorum.members[4] = observer
         await observer.listen()
         await observer.start(quorum.voters)
