@@ -254,3 +254,17 @@ def test_a_broker_that_stops_heartbeating_is_fenced_after_its_session(
     assert 8 not in listed(node)
     # This node heartbeats itself all along and stays.
     assert fenced_states(node)[int(describe(node).controller_id)] is False
+
+
+def test_this_node_unregistered_while_running_registers_again(
+    node: ControllerListenerBroker,
+) -> None:
+    me = describe(node)
+    my_id = int(me.controller_id)
+    (mine,) = [b for b in describe(node, include_fenced=True).brokers if int(b.broker_id) == my_id]
+    gone = node.to_controller(UnregisterBrokerRequest(broker_id=BrokerId(my_id)))
+    assert gone.error_code == ErrorCode.NONE.to_kio()
+    # Its next heartbeat finds no registration: it registers again and is unfenced.
+    wait_until(lambda: fenced_states(node).get(my_id) is False, "this node to register again")
+    assert listed(node)[my_id] == ("127.0.0.1", node.port)
+    assert mine.is_fenced is False

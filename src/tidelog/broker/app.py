@@ -304,7 +304,11 @@ class BrokerApp:
         lifecycle manager and the controller's session timer)."""
         controller = self.controller
         assert controller is not None
-        controller.heartbeat_local_broker()
+        beat = controller.heartbeat_local_broker()
+        if not beat.error.ok and controller.node_id not in controller.image.brokers:
+            # Unregistered while running (UnregisterBroker): join again, as at start.
+            _log.warning("broker %d was unregistered; registering it again", controller.node_id)
+            controller.register_local_broker()
         controller.tick(self.clock())
 
     def _clean_until_idle(self, max_passes: int = 16) -> int:
