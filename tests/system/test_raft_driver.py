@@ -445,6 +445,26 @@ def _observers(member: Member) -> set[int]:
     return {o.replica_id for o in description.observers} if description is not None else set()
 
 
+def test_the_controller_listener_advertises_the_quorum_apis(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        connection = ClientConnection("127.0.0.1", quorum.members[1].port, client_id="tool")
+        await connection.connect()  # negotiates with ApiVersions
+        await connection.close()
+        ranges = connection.broker_ranges
+        for key, low, high in [
+            (ApiKey.VOTE, 0, 2),
+            (ApiKey.BEGIN_QUORUM_EPOCH, 0, 1),
+            (ApiKey.END_QUORUM_EPOCH, 0, 1),
+            (ApiKey.DESCRIBE_QUORUM, 0, 2),
+            (ApiKey.FETCH_SNAPSHOT, 0, 1),
+        ]:
+            assert ranges[key] == (low, high)
+        # The broker's APIs are still there (one node serves both on this listener).
+        assert ApiKey.FETCH in ranges and ApiKey.METADATA in ranges
+
+    run_quorum(tmp_path, scenario)
+
+
 def test_other_fetches_on_the_controller_listener_still_reach_the_partitions(
     tmp_path: Path,
 ) -> None:

@@ -77,7 +77,8 @@ from tidelog.metadata.raft.wire import (
     write_request,
     write_response,
 )
-from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.protocol import ApiKey, ErrorCode, api_versions_response
+from tidelog.protocol.versions import CONTROLLER_VERSIONS
 
 _log = logging.getLogger(__name__)
 
@@ -449,7 +450,20 @@ class RaftDriver:
                 return describe_quorum_response(version, None, error)
             return describe_quorum_response(version, self.describe())
 
+        base_api_versions = base.get(ApiKey.API_VERSIONS)
+
+        async def api_versions(ctx: Any, request: RequestPayload) -> Any:
+            # The broker's handler checks the request; the answer lists this listener's
+            # table, so that Kafka's tools see the quorum's APIs here.
+            answer = await base_api_versions(ctx, request) if base_api_versions else None
+            if answer is not None and int(answer.error_code) != ErrorCode.NONE:
+                return answer
+            return api_versions_response(
+                int(request.__version__), api_keys=handlers.keys(), supported=CONTROLLER_VERSIONS
+            )
+
         handlers = dict(base)
+        handlers[ApiKey.API_VERSIONS] = api_versions
         for key in (
             ApiKey.VOTE,
             ApiKey.BEGIN_QUORUM_EPOCH,
