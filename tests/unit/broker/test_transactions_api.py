@@ -22,7 +22,7 @@ from tidelog.metadata.controller import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, 
 from tidelog.protocol import ApiKey, ErrorCode
 
 from .admin_fixtures import schema
-from .conftest import FakeClock, stored_batches
+from .conftest import FakeClock, make_batch, produce_request, stored_batches
 from .test_groups import call, fetch_request, ms32
 from .test_groups_restart import open_broker
 
@@ -404,6 +404,52 @@ def test_the_produce_path_asks_the_coordinator(tmp_path: Path, clock: FakeClock)
             await add(broker, 0, "tx", pid, epoch, {"t": [0]})
             assert verifier.verify("tx", pid, epoch, "t", 0) == E.NONE
             assert verifier.verify(None, pid, epoch, "t", 0) == E.INVALID_TXN_STATE
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        close()
+
+
+def produce_errors(answer: Any) -> dict[tuple[str, int], ErrorCode]:
+    return {
+        (t.name, p.index): ErrorCode(p.error_code)
+        for t in answer.responses
+        for p in t.partition_responses
+    }
+
+
+def test_a_delayed_produce_cannot_join_the_next_transaction(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """KAFKA-17754: a batch of a committed transaction that arrives late, once the next
+    transaction of the same producer (same epoch) is open, is refused; it never becomes part
+    of the next transaction."""
+    broker, close = open_broker(tmp_path, clock)
+
+    async def produce(pid: int, epoch: int, index: int, seq: int, value: bytes) -> ErrorCode:
+        batch = make_batch([value], producer=(pid, epoch, seq), transactional=True)
+        request = produce_request(9, {"t": {index: batch}}, acks=-1, transactional_id="tx")
+        return produce_errors(await call(broker, ApiKey.PRODUCE, 9, request))[("t", index)]
+
+    async def scenario() -> None:
+        async with running(broker):
+            r = await init(broker, "tx")
+            pid, epoch = int(r.producer_id), int(r.producer_epoch)
+            # a partition not added to any transaction: refused (KIP-890 part 1)
+            assert await produce(pid, epoch, 0, 0, b"early") == E.INVALID_TXN_STATE
+            assert await add(broker, 0, "tx", pid, epoch, {"t": [0, 1]}) == {
+                ("t", 0): E.NONE,
+                ("t", 1): E.NONE,
+            }
+            assert await produce(pid, epoch, 0, 0, b"first") == E.NONE
+            # the batch for t-1 is "delayed": the producer commits without it
+            assert (await end(broker, 1, "tx", pid, epoch, True)).error_code == E.NONE
+            await settle()
+            assert await add(broker, 0, "tx", pid, epoch, {"t": [0]}) == {("t", 0): E.NONE}
+            assert await produce(pid, epoch, 1, 0, b"late") == E.INVALID_TXN_STATE
+            # t-1 holds the first transaction's marker and nothing else
+            assert [h.is_control for h in stored_batches(broker, "t", 1)] == [True]
 
     try:
         asyncio.run(scenario())
