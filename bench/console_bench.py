@@ -4,8 +4,11 @@ Fills a topic with N records (default 1,000,000, ~100-byte JSON values with a he
 written with confluent-kafka, which is not what is measured), then times, through the
 console application itself (Starlette's TestClient, so template rendering counts):
 
-- a full search for a value substring found in one record near the end (every record read);
+- a full search for a value substring found in one record near the end (every record read;
+  batches without the text are passed over undecoded);
 - the same by header value;
+- the worst case: a text present in every batch (in keys) but searched in values, so every
+  batch is decoded and nothing is found;
 - a search that matches nothing in an empty partition (must end at once, not at its budget);
 - a page of 100 records from the beginning, from an offset in the middle, and the newest 100.
 
@@ -106,10 +109,14 @@ def run(bootstrap: str, records: int) -> dict[str, Any]:
         for name, params in (
             ("search_value", {"q": value_needle, "in": "value", **budget}),
             ("search_header", {"q": header_needle, "in": "headers", **budget}),
+            # The worst case: the text is in every batch (in keys), so every batch is
+            # decoded, but never in a value, so nothing is found.
+            ("search_decoding_all", {"q": "k976", "in": "value", **budget}),
         ):
             seconds, page = timed_get(client, url, params)
             count = scanned(page)
-            found = "the whole range was scanned" in page and "1</b> found" in page
+            complete = "the whole range was scanned" in page
+            found = complete and ("1</b> found" in page or name == "search_decoding_all")
             out[name] = {
                 "seconds": round(seconds, 2),
                 "scanned": count,

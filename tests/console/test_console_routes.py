@@ -677,3 +677,26 @@ def test_a_search_page_shows_progress_before_its_results(
     expected = sorted((i % 2, i // 2) for i in range(40) if f"r{i}".startswith("r3"))
     assert sorted(message_positions(text)) == expected
     assert text.rstrip().endswith("</html>")
+
+
+def test_search_reads_compressed_batches_and_skips_those_without_the_text(
+    console: TestClient, broker: BrokerProcess, admin: Admin, topic_name: str
+) -> None:
+    make_topic(admin, topic_name, 1)
+    with Producer(
+        {"bootstrap.servers": broker.bootstrap, "compression.type": "lz4", "linger.ms": 0}
+    ) as producer:
+        for batch in range(10):  # one batch of 50 records per flush
+            for i in range(50):
+                n = batch * 50 + i
+                key = b"the-key" if n == 333 else f"k{n}".encode()
+                producer.send(topic_name, f"compressed value {n}".encode(), key=key)
+            producer.flush()
+    url = f"/topics/{topic_name}/messages"
+    page = console.get(url, params={"q": "the-key", "in": "key"}).text
+    assert message_positions(page) == [(0, 333)]
+    assert progress_rows(page) == {0: (0, 500, 500, 500)}
+    # The text is in a key: a search of values decodes the batch holding it and finds nothing.
+    values = console.get(url, params={"q": "the-key", "in": "value"}).text
+    assert message_positions(values) == []
+    assert progress_rows(values) == {0: (0, 500, 500, 500)}

@@ -12,18 +12,37 @@ never waits out a fetch or poll timeout on an empty or exhausted partition (the 
 about other consoles). Positions are taken from the consumer, not from the last record
 seen, so that control batches and compacted gaps at the end of a partition count as read.
 
+A text search (:class:`TextMatcher`) reads raw fetches instead of a consumer
+(:func:`_search_batches`): a record's key, value and header values lie byte for byte in its
+batch's records block, so a batch whose (decompressed) block does not contain the text is
+counted as examined without decoding one record; only the batches that contain it are
+decoded and matched record by record. Most batches of a large topic hold no match, which
+makes a search about twenty times faster than decoding everything.
+
 The result says how far the scan got in each partition (:class:`PartitionProgress`), which
 is what a page shows and what its "next page" / "continue" link resumes from.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tidelog.client import ConsumerRecord, TopicPartition
+from tidelog.client import ClientError, ConsumerRecord, TopicPartition
 from tidelog.client.aio.consumer import AIOConsumer
+from tidelog.client.cluster import ClusterClient
+from tidelog.client.config import parse_config
+from tidelog.client.fetch_raw import fetch_raw
+from tidelog.protocol import ErrorCode
+from tidelog.records import (
+    RecordsError,
+    TruncatedBatchError,
+    decode_rows,
+    iter_batches,
+    records_block,
+)
 
 # Why a scan stopped.
 STOP_LIMIT = "limit"
@@ -34,6 +53,10 @@ STOP_TIME = "time budget"
 # Records taken from one poll: the consumer decodes whole fetches anyway, and fewer trips
 # through this loop per record are faster (500 -> 5000: 125k -> 180k records/s searched).
 _POLL_RECORDS = 5000
+# What a search asks of one partition per fetch, and how long the broker may hold it (only
+# partitions with records left are fetched; not 0, which Tansu answers without records).
+_FETCH_BYTES = 4 * 1024 * 1024
+_FETCH_WAIT_MS = 10
 
 
 @dataclass(slots=True)
@@ -73,25 +96,37 @@ Matcher = Callable[[ConsumerRecord], bool]
 ProgressCallback = Callable[[dict[int, PartitionProgress], int, int], None]
 
 
-def text_matcher(text: str, fields: str = "any") -> Matcher:
-    """Records whose key, value or a header value contains ``text`` (UTF-8 bytes, case
-    sensitive). ``fields`` is "key", "value", "headers" or "any". Raw bytes are compared, so
-    a search decodes nothing and also finds text inside binary values."""
-    needle = text.encode("utf-8")
-    in_key = fields in ("key", "any")
-    in_value = fields in ("value", "any")
-    in_headers = fields in ("headers", "any")
+class TextMatcher:
+    """Records whose key, value or a header value contains ``needle`` (bytes, so case
+    sensitive, and text inside binary values is found too). ``fields`` is "key", "value",
+    "headers" or "any".
 
-    def match(record: ConsumerRecord) -> bool:
-        if in_value and record.value is not None and needle in record.value:
+    A record's key, value and header values lie whole, byte for byte, in its batch's
+    (decompressed) records block, so a block without the needle holds no match: the scan
+    skips such batches without decoding a record."""
+
+    __slots__ = ("in_headers", "in_key", "in_value", "needle")
+
+    def __init__(self, needle: bytes, fields: str = "any") -> None:
+        self.needle = needle
+        self.in_key = fields in ("key", "any")
+        self.in_value = fields in ("value", "any")
+        self.in_headers = fields in ("headers", "any")
+
+    def __call__(self, record: ConsumerRecord) -> bool:
+        needle = self.needle
+        if self.in_value and record.value is not None and needle in record.value:
             return True
-        if in_key and record.key is not None and needle in record.key:
+        if self.in_key and record.key is not None and needle in record.key:
             return True
-        if in_headers:
+        if self.in_headers:
             return any(v is not None and needle in v for _, v in record.headers)
         return False
 
-    return match
+
+def text_matcher(text: str, fields: str = "any") -> TextMatcher:
+    """A :class:`TextMatcher` for ``text`` encoded as UTF-8."""
+    return TextMatcher(text.encode("utf-8"), fields)
 
 
 async def scan(
@@ -118,6 +153,11 @@ async def scan(
     pending = {TopicPartition(topic, p) for p, prog in progress.items() if not prog.done}
     if not pending or limit <= 0:
         return ScanResult(found, progress, STOP_END if not pending else STOP_LIMIT)
+    if isinstance(matcher, TextMatcher):
+        bounds = _Bounds(limit, max_records, time.monotonic() + max_seconds)
+        return await _search_batches(
+            consumer_config, topic, progress, matcher, bounds, on_progress, progress_every
+        )
     deadline = time.monotonic() + max_seconds
     next_report = time.monotonic() + progress_every
     examined = 0
@@ -185,6 +225,132 @@ async def scan(
         await consumer.close()
 
 
+@dataclass(slots=True)
+class _Bounds:
+    limit: int
+    max_records: int
+    deadline: float
+    examined: int = 0
+
+    def stop(self, found: int) -> str | None:
+        if found >= self.limit:
+            return STOP_LIMIT
+        if self.examined >= self.max_records:
+            return STOP_RECORDS
+        if time.monotonic() >= self.deadline:
+            return STOP_TIME
+        return None
+
+
+async def _search_batches(
+    consumer_config: Mapping[str, object],
+    topic: str,
+    progress: dict[int, PartitionProgress],
+    matcher: TextMatcher,
+    bounds: _Bounds,
+    on_progress: ProgressCallback | None,
+    progress_every: float,
+) -> ScanResult:
+    """A text search over raw fetches: each round fetches every partition that has records
+    left, at once; a batch whose records block lacks the needle counts as examined without
+    being decoded, the others are decoded and matched record by record."""
+    config = parse_config("consumer", {**consumer_config, "enable.auto.commit": False})
+    cluster = ClusterClient(config)
+    found: list[ConsumerRecord] = []
+    next_report = time.monotonic() + progress_every
+    stopped = STOP_END
+    try:
+        while True:
+            pending = [p for p in progress.values() if not p.done]
+            if not pending:
+                break
+            reason = bounds.stop(len(found))
+            if reason is not None:
+                stopped = reason
+                break
+            fetches = await asyncio.gather(
+                *(
+                    fetch_raw(
+                        cluster,
+                        TopicPartition(topic, p.partition),
+                        p.next,
+                        max_bytes=_FETCH_BYTES,
+                        max_wait_ms=_FETCH_WAIT_MS,
+                    )
+                    for p in pending
+                )
+            )
+            for prog, fetched in zip(pending, fetches, strict=True):
+                if fetched.error is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    # Retention removed what was to be read: go on from the log start.
+                    prog.next = min(max(prog.next, fetched.log_start_offset), prog.end)
+                    continue
+                _search_fetched(topic, prog, fetched.records, matcher, bounds, found)
+                if bounds.stop(len(found)) is not None:
+                    break
+            if on_progress is not None and time.monotonic() >= next_report:
+                next_report = time.monotonic() + progress_every
+                on_progress(progress, bounds.examined, len(found))
+        return ScanResult(found, progress, stopped)
+    finally:
+        await cluster.close()
+
+
+def _search_fetched(
+    topic: str,
+    prog: PartitionProgress,
+    data: bytes,
+    matcher: TextMatcher,
+    bounds: _Bounds,
+    found: list[ConsumerRecord],
+) -> None:
+    """Match the batches of one fetch, advancing ``prog`` past what was examined."""
+    try:
+        for pos, header in iter_batches(data):
+            if header.next_offset <= prog.next:
+                continue
+            if header.base_offset >= prog.end:
+                prog.next = prog.end
+                return
+            # A batch is passed over whole only if all of it is to be examined, within the
+            # record budget; at the edges records are counted one by one.
+            whole = (
+                header.base_offset >= prog.next
+                and header.next_offset <= prog.end
+                and bounds.examined + header.record_count <= bounds.max_records
+            )
+            if header.is_control:
+                pass
+            elif whole and matcher.needle not in records_block(data, pos, header):
+                prog.scanned += header.record_count
+                bounds.examined += header.record_count
+            else:
+                for record in decode_rows(
+                    data, pos, ConsumerRecord, topic, prog.partition, header=header
+                ):
+                    if not prog.next <= record.offset < prog.end:
+                        continue
+                    if bounds.examined >= bounds.max_records:
+                        return
+                    prog.next = record.offset + 1
+                    prog.scanned += 1
+                    bounds.examined += 1
+                    if matcher(record):
+                        found.append(record)
+                        if len(found) >= bounds.limit:
+                            return
+            prog.next = min(max(prog.next, header.next_offset), prog.end)
+            if bounds.stop(len(found)) is not None:
+                return
+    except TruncatedBatchError:
+        pass  # the last batch was cut by the size limit; the next fetch starts at it
+    except RecordsError as exc:
+        raise ClientError(
+            f"{topic}-{prog.partition}: corrupt record batch after offset {prog.next}: {exc}",
+            code=ErrorCode.CORRUPT_MESSAGE,
+        ) from exc
+
+
 __all__ = [
     "STOP_END",
     "STOP_LIMIT",
@@ -193,6 +359,7 @@ __all__ = [
     "PartitionProgress",
     "ProgressCallback",
     "ScanResult",
+    "TextMatcher",
     "scan",
     "text_matcher",
 ]
