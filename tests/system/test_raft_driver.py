@@ -27,7 +27,7 @@ from tidelog.broker.server import BrokerServer
 from tidelog.client.connection import Connection as ClientConnection
 from tidelog.metadata.errors import ConfigError
 from tidelog.metadata.quorum_state import FileQuorumStateStore
-from tidelog.metadata.raft import Entry, RaftConfig, Role
+from tidelog.metadata.raft import Entry, OffsetAndEpoch, RaftConfig, Role
 from tidelog.metadata.raft.messages import FetchRequest, FetchResponse
 from tidelog.metadata.raft.store import QuorumStateStore, RaftLog
 from tidelog.metadata.raft.wire import (
@@ -51,6 +51,8 @@ CONFIG = RaftConfig(
     request_timeout_ms=500,
     retry_backoff_ms=20,
     fetch_max_wait_ms=200,
+    # Small enough that a snapshot of a few hundred KiB comes in several FetchSnapshot chunks.
+    fetch_max_bytes=64 * 1024,
 )
 TIMEOUT_S = 20.0
 
@@ -78,6 +80,7 @@ class Member:
         self.driver: RaftDriver | None = None
         self.port = 0
         self.committed: list[Entry] = []
+        self.snapshots: list[tuple[OffsetAndEpoch, tuple[bytes, ...]]] = []
 
     async def listen(self) -> None:
         # The table is filled once the driver exists; the server reads it per request.
@@ -97,6 +100,7 @@ class Member:
 
     async def start(self, voters: dict[int, tuple[str, int]]) -> None:
         self.committed = []
+        self.snapshots = []
         log, store = self.disk.open(self.node_id, voters)
         self.driver = RaftDriver(
             node_id=self.node_id,
@@ -109,7 +113,10 @@ class Member:
         self.handlers.clear()
         self.handlers.update(self.driver.listener_handlers(HANDLERS))
         await self.driver.start()
-        self.driver.subscribe(self.committed.extend)
+        self.driver.subscribe(
+            self.committed.extend,
+            on_snapshot=lambda snapshot_id, records: self.snapshots.append((snapshot_id, records)),
+        )
 
     async def stop(self) -> None:
         """Close the driver and the listener with every socket (a node going away)."""
@@ -330,6 +337,36 @@ def test_the_others_elect_a_new_leader_and_the_old_one_catches_up(
         assert all(m.records()[-1] == b"final" for m in quorum.running())
 
     run_quorum(tmp_path, scenario, disk)
+
+
+def test_a_node_behind_the_leaders_snapshot_fetches_it_over_the_wire(tmp_path: Path) -> None:
+    async def scenario(quorum: Quorum) -> None:
+        leader = await quorum.elected()
+        await commit_on(leader, [f"early-{i}".encode() for i in range(5)])
+        lagging = next(m for m in quorum.running() if m is not leader)
+        await lagging.stop()
+        last = await commit_on(leader, [f"middle-{i}".encode() for i in range(5)])
+        # The state at the high watermark, big enough for several chunks; the log before it
+        # is deleted, so the lagging node cannot fetch its way there.
+        state = tuple(bytes([i]) * 100_000 for i in range(3))
+        end = leader.d.high_watermark
+        assert end > last
+        snapshot_id = leader.d.node.create_snapshot(end, state)
+        assert leader.d.node.log.start_offset() == end
+
+        await lagging.listen()
+        await lagging.start(quorum.voters)
+        await eventually(lambda: lagging.snapshots, "the lagging node to load the snapshot")
+        assert lagging.snapshots == [(snapshot_id, state)]
+        assert lagging.d.node.log.start_offset() == end
+        later = [f"late-{i}".encode() for i in range(5)]
+        final = await commit_on(leader, later)
+        await eventually(
+            lambda: lagging.d.high_watermark > final, "the lagging node to fetch after it"
+        )
+        assert lagging.records() == later
+
+    run_quorum(tmp_path, scenario)
 
 
 def test_describe_quorum_is_answered_over_a_socket(tmp_path: Path) -> None:
