@@ -24,7 +24,10 @@ Every decision is the node's; the driver only moves things:
   with :class:`NotLeaderError` (NOT_LEADER_OR_FOLLOWER) when this node does not lead, or
   stops leading the epoch before the entry commits;
 * **committed entries** -- :meth:`RaftDriver.subscribe` hands every committed entry, in
-  offset order, to a listener (the metadata loader), starting from the latest snapshot.
+  offset order, to a listener (the metadata loader), starting from the latest snapshot;
+* **the listener** -- :meth:`RaftDriver.listener_handlers` is the handler table of a
+  controller listener: the broker's, plus the quorum's APIs, DescribeQuorum answered from
+  the leader's view (:meth:`RaftDriver.describe`), and ApiVersions listing them.
 
 The node's calls run on the event loop thread: with an on-disk log, a flush holds the loop
 for one fsync of the metadata log.
