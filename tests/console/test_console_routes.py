@@ -700,3 +700,27 @@ def test_search_reads_compressed_batches_and_skips_those_without_the_text(
     values = console.get(url, params={"q": "the-key", "in": "value"}).text
     assert message_positions(values) == []
     assert progress_rows(values) == {0: (0, 500, 500, 500)}
+
+
+def test_a_group_id_with_a_slash_and_spaces_has_its_pages(
+    console: TestClient, broker: BrokerProcess, admin: Admin, topic_name: str
+) -> None:
+    make_topic(admin, topic_name, 1)
+    produce(broker, topic_name, [{"value": b"v"}] * 4)
+    group = f"team/a b-{topic_name}"
+    commit(broker, group, {TopicPartition(topic_name, 0): 1})
+    listing = console.get("/groups").text
+    link = re.search(rf'<a href="([^"]+)">{re.escape(group)}</a>', listing)
+    assert link is not None
+    detail = console.get(html.unescape(link.group(1))).text
+    assert element_text(detail, "group-name") == group
+    assert element_text(detail, "total-lag") == "3"
+    action = re.search(
+        r'<form method="post" action="([^"]+)" class="panel" id="reset-form">', detail
+    )
+    assert action is not None
+    done = console.post(
+        html.unescape(action.group(1)), data={"topic": "*", "kind": "latest", "action": "execute"}
+    )
+    assert done.status_code == 200
+    assert committed(admin, group) == {TopicPartition(topic_name, 0): 4}

@@ -550,9 +550,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/produce", produce_form),
         Route("/produce", produce, methods=["POST"]),
         Route("/groups", groups),
-        Route("/groups/{group}", group),
-        Route("/groups/{group}/reset", reset, methods=["POST"]),
-        Route("/groups/{group}/delete", group_delete, methods=["POST"]),
+        # Group ids may hold any character, "/" included.
+        Route("/groups/{group:path}/reset", reset, methods=["POST"]),
+        Route("/groups/{group:path}/delete", group_delete, methods=["POST"]),
+        Route("/groups/{group:path}", group),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(
