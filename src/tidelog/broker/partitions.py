@@ -27,8 +27,8 @@ COMMIT or ABORT control batch that ends it, and indexes an aborted one in the se
 ``.txnindex``. :attr:`Partition.last_stable_offset` (LSO) is the smallest first offset of
 an ongoing transaction, capped by the high watermark; a transaction whose marker is not
 yet below the high watermark still holds it back (Kafka's rule, for replication: until
-then a read_committed consumer could not tell whether to drop it). Retention never deletes
-a segment at or above the LSO, so an open transaction's batches stay.
+then a read_committed consumer could not tell whether to drop it). Retention never deletes,
+and the cleaner never cleans, at or above the LSO, so an open transaction's batches stay.
 
 Loading, catching up and rebuilding happen at a broker time: the caller's ``now_ms`` when
 it has one, else the log's clock (the broker's clock, injected into the log manager).
@@ -121,7 +121,7 @@ class Partition:
         #: (first offset, marker offset) of transactions completed with a marker not yet
         #: below the high watermark, oldest first: they still hold the LSO back.
         self._unreplicated: deque[tuple[int, int]] = deque()
-        log.retention_limit = self._retention_limit
+        log.stable_offset = self._stable_offset
 
     @property
     def high_watermark(self) -> int:
@@ -146,8 +146,9 @@ class Partition:
             lso = min(lso, first_offset)
         return lso
 
-    def _retention_limit(self) -> int:
-        # Called by retention, possibly off the event loop: reads attributes only.
+    def _stable_offset(self) -> int:
+        # The LSO for retention and the cleaner, possibly off the event loop: reads
+        # attributes only (last_stable_offset may rebuild the producer state).
         first = self.producers.first_unstable_offset
         pending = self._unreplicated
         limits = [self.log.high_watermark]

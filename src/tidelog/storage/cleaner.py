@@ -41,13 +41,19 @@ attribute bit and ``base_timestamp = now + delete.retention.ms``. A later pass d
 once ``now >= horizon``. Consumers thus have ``delete.retention.ms`` after the segment
 holding a tombstone was cleaned to read it.
 
-Kept whole, never compacted: control batches (transaction markers are all kept, which is
-what Kafka does while any data of their transaction remains) and transactional data
-batches, committed or aborted, whose records neither enter the offset map nor are dropped
-(the cleaner never drops a record it cannot prove superseded). The aborted-transaction
-index entries of the replaced segments are copied into the cleaned one, so read_committed
-consumers keep skipping aborted records. Kafka also removes aborted records and, after
-``delete.retention.ms``, markers left without data; this cleaner does not (space only). Keyless records, which only a
+Transactions. Nothing at or above the partition's last stable offset is cleaned
+(:attr:`~tidelog.storage.log.Log.stable_upper_bound`: an open transaction's data, and a
+transaction whose marker is not yet below the high watermark, stay as written). Batches of
+aborted transactions (a transactional batch of producer P inside an aborted transaction of
+P that the ``.txnindex`` files list) are removed as Kafka removes them, records and all,
+except that the last data batch of a producer stays as a bare header (its sequence numbers,
+as for other batches). Kept whole, never compacted: control batches (every marker, also
+the ones Kafka removes once ``delete.retention.ms`` passed and no data of their
+transaction is left, which costs only space) and committed transactional batches, whose
+records neither enter the offset map nor are dropped (the cleaner never drops a record it
+cannot prove superseded; Kafka deduplicates them). The ``.txnindex`` entries of replaced
+segments are copied into the cleaned one, markers included, so read_committed consumers
+skip whatever aborted data a pass has not removed yet. Keyless records, which only a
 follower or a policy change can bring into a compacted log, are dropped, as Kafka does.
 
 Time is ``now_ms`` only; the cleaner runs no thread. Memory: the offset map (budgeted),
@@ -56,11 +62,12 @@ one I/O window and one output buffer of ``io_buffer_size``, one decoded batch.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +91,7 @@ from tidelog.storage.errors import (
 from tidelog.storage.index import INT32_MAX
 from tidelog.storage.log import Log
 from tidelog.storage.segment import Segment, pread_exactly
+from tidelog.storage.txn_index import AbortedTxn
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 #: Kafka's ``log.cleaner.dedupe.buffer.size`` default.
@@ -287,7 +295,7 @@ class Cleaner:
         """First dirty and first uncleanable offsets and the byte counts of the ratio."""
         segments = log.segments
         start = log.log_start_offset
-        high_watermark = log.high_watermark
+        high_watermark = log.stable_upper_bound
         lag = log.config.min_compaction_lag_ms
         uncleanable = segments[-1].base_offset
         for index, segment in enumerate(segments[:-1]):
@@ -533,10 +541,13 @@ class Cleaner:
             return True
         segments = everything[:count]
         producers = self._producer_last_batches(log)
+        aborted = AbortedRanges(log.collect_aborted_txns(segments[0].base_offset, map_end))
         for group in self._groups(log, segments, everything[count].base_offset):
             if sum(segment.size for segment in group) == 0:
                 continue
-            if not self._clean_group(log, group, offset_map, map_end, now_ms, producers, stats):
+            if not self._clean_group(
+                log, group, offset_map, map_end, now_ms, producers, aborted, stats
+            ):
                 return False
         return True
 
@@ -548,6 +559,7 @@ class Cleaner:
         map_end: int,
         now_ms: int,
         producers: dict[int, int],
+        aborted: AbortedRanges,
         stats: _Stats,
     ) -> bool:
         horizon_ms = now_ms + log.config.delete_retention_ms
@@ -573,6 +585,7 @@ class Cleaner:
                             now_ms,
                             horizon_ms,
                             producers,
+                            aborted,
                             last_of_group,
                             group_stats,
                         )
@@ -640,14 +653,22 @@ class Cleaner:
         now_ms: int,
         horizon_ms: int,
         producers: dict[int, int],
+        aborted: AbortedRanges,
         last_of_group: bool,
         stats: _Stats,
     ) -> tuple[bytes | None, int]:
         """What to write for one batch: ``data`` itself (copy unchanged), new bytes, or
         None (drop); and how many records that holds."""
-        if header.base_offset >= map_end or header.is_control or header.is_transactional:
+        if header.base_offset >= map_end or header.is_control:
+            return data, header.record_count
+        if header.is_transactional and not aborted.holds(header.producer_id, header.base_offset):
             return data, header.record_count
         needed_empty = last_of_group or producers.get(header.producer_id) == header.last_offset
+        if header.is_transactional:
+            # Aborted: no record of it may ever be read (only its sequence numbers count).
+            if header.record_count and needed_empty:
+                return self._empty(header), 0
+            return (data if needed_empty else None), 0
         if header.record_count == 0:
             # Left empty by an earlier pass: it goes once nothing needs it any more.
             return (data if needed_empty else None), 0
@@ -673,19 +694,7 @@ class Cleaner:
         if len(kept) == total and (not needs_horizon or had_horizon):
             return data, total
         if not kept:
-            if needed_empty:
-                empty = build_empty_batch(
-                    base_offset=header.base_offset,
-                    last_offset_delta=header.last_offset_delta,
-                    timestamp=header.max_timestamp,
-                    partition_leader_epoch=header.partition_leader_epoch,
-                    producer_id=header.producer_id,
-                    producer_epoch=header.producer_epoch,
-                    base_sequence=header.base_sequence,
-                    attributes=header.attributes,
-                )
-                return empty, 0
-            return None, 0
+            return (self._empty(header) if needed_empty else None), 0
         builder = BatchBuilder(
             compression=header.compression,
             base_offset=header.base_offset,
@@ -709,6 +718,41 @@ class Cleaner:
                 offset_delta=record.offset - base,
             )
         return builder.close(), len(kept)
+
+    @staticmethod
+    def _empty(header: BatchHeader) -> bytes:
+        """The batch as a bare header with no record (producer fields kept)."""
+        return build_empty_batch(
+            base_offset=header.base_offset,
+            last_offset_delta=header.last_offset_delta,
+            timestamp=header.max_timestamp,
+            partition_leader_epoch=header.partition_leader_epoch,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            attributes=header.attributes,
+        )
+
+
+class AbortedRanges:
+    """The aborted transactions of a log as offset ranges per producer: a transactional
+    batch of producer P at offset o is aborted when an aborted transaction of P started at
+    or before o and its ABORT marker came after o (a producer has one transaction open
+    at a time, so that transaction is the batch's)."""
+
+    def __init__(self, entries: Iterable[AbortedTxn]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in entries:
+            ranges.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
+        self._firsts = {pid: [first for first, _ in sorted(r)] for pid, r in ranges.items()}
+        self._lasts = {pid: [last for _, last in sorted(r)] for pid, r in ranges.items()}
+
+    def holds(self, producer_id: int, offset: int) -> bool:
+        firsts = self._firsts.get(producer_id)
+        if firsts is None:
+            return False
+        at = bisect.bisect_right(firsts, offset) - 1
+        return at >= 0 and offset < self._lasts[producer_id][at]
 
 
 def _index_bytes(segment: Segment) -> int:

@@ -218,10 +218,11 @@ class Log:
         #: Called (without the log's lock) with the new log end offset after a
         #: truncation, so the cleaner can lower its first dirty offset.
         self.on_truncate: Callable[[int], None] | None = None
-        #: The offset retention never deletes at or above, besides the high watermark (the
-        #: partition's last stable offset: an open transaction's batches stay). Called
-        #: under the log's lock, possibly off the event loop.
-        self.retention_limit: Callable[[], int] | None = None
+        #: The partition's last stable offset, set by the partition that owns the log:
+        #: retention never deletes, and the cleaner never cleans, at or above it (an open
+        #: transaction's batches stay as they are). Without it the high watermark bounds
+        #: both. Called possibly off the event loop, and under the log's lock.
+        self.stable_offset: Callable[[], int] | None = None
         #: Called with the seconds each group-commit fsync round took (from whichever
         #: thread ran it), so the broker can export a flush-time histogram without the
         #: storage layer knowing about metrics.
@@ -1265,9 +1266,15 @@ class Log:
         return deletable
 
     def _retention_upper_bound(self) -> int:
+        return self.stable_upper_bound
+
+    @property
+    def stable_upper_bound(self) -> int:
+        """The offset retention and cleaning stay below: the high watermark, or the last
+        stable offset when the owner set :attr:`stable_offset`."""
         bound = self.high_watermark
-        if self.retention_limit is not None:
-            bound = min(bound, self.retention_limit())
+        if self.stable_offset is not None:
+            bound = min(bound, self.stable_offset())
         return bound
 
     def _deletable(self, predicate: Callable[[Segment, int], bool]) -> int:
@@ -1436,24 +1443,36 @@ class Log:
             segment_end = (
                 self._bases[index + 1] if index + 1 < len(self._bases) else self._log_end_offset
             )
-            upper = min(max_offset, segment_end)
-            if self._last_abort_marker is None:
-                self._last_abort_marker = max(
-                    (e.last_offset for s in self._segments for e in s.txn_index.entries),
-                    default=-1,
-                )
-            last_marker = self._last_abort_marker
-            found: list[AbortedTxn] = []
-            segments = self._segments
-            for position in range(index, len(segments)):
-                segment = segments[position]
-                if segment.base_offset > last_marker:
-                    break  # no later segment indexes an abort (most logs have none)
-                entries, complete = segment.txn_index.overlapping(first_offset, upper)
-                found.extend(entries)
-                if complete:
-                    break
-            return found
+            return self._collect_aborted(index, first_offset, min(max_offset, segment_end))
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Every indexed aborted transaction overlapping ``[start_offset, upper_bound)``
+        (marker at or after ``start_offset``, first offset before ``upper_bound``)."""
+        with self._lock:
+            self._check_open()
+            index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+            return self._collect_aborted(index, start_offset, upper_bound)
+
+    def _collect_aborted(self, index: int, first_offset: int, upper: int) -> list[AbortedTxn]:
+        """Entries overlapping ``[first_offset, upper)`` from segment ``index`` on (the
+        caller holds the lock)."""
+        if self._last_abort_marker is None:
+            self._last_abort_marker = max(
+                (e.last_offset for s in self._segments for e in s.txn_index.entries),
+                default=-1,
+            )
+        last_marker = self._last_abort_marker
+        found: list[AbortedTxn] = []
+        segments = self._segments
+        for position in range(index, len(segments)):
+            segment = segments[position]
+            if segment.base_offset > last_marker:
+                break  # no later segment indexes an abort (most logs have none)
+            entries, complete = segment.txn_index.overlapping(first_offset, upper)
+            found.extend(entries)
+            if complete:
+                break
+        return found
 
     def flush_txn_indexes(self) -> None:
         """fsync the transaction indexes written since their last sync (before a producer

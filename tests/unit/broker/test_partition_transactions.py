@@ -473,29 +473,54 @@ def test_retention_deletes_index_files_and_keeps_open_transactions(
     assert partition.log.log_start_offset > first_open
 
 
-def test_compaction_keeps_transactional_data_markers_and_index_entries(
+def all_batches(partition: Partition) -> list[Any]:
+    log = partition.log
+    headers = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read_bytes(offset, 1 << 30)
+        headers.extend(header for _, header in iter_batches(data))
+        offset = headers[-1].next_offset
+    return headers
+
+
+def test_compaction_removes_aborted_data_and_keeps_markers_committed_and_open_data(
     broker: Broker, clock: Any
 ) -> None:
     from tidelog.storage import Cleaner
 
     config = LogConfig.from_mapping({"cleanup.policy": "compact", "segment.bytes": 100_000})
     partition = open_partition(broker, config=config)
-    append(partition, txn_batch(A, 0, tag=b"aborted"))
-    partition.append_txn_marker(A, 0, 0, False, 1)
+    append(partition, txn_batch(A, 0, tag=b"aborted"))  # 0-1
+    append(partition, txn_batch(B, 0, tag=b"committed"))  # 2-3
+    append(partition, txn_batch(A, 2, tag=b"aborted"))  # 4-5, A's last data batch
+    partition.append_txn_marker(A, 0, 0, False, 1)  # 6
+    partition.append_txn_marker(B, 0, 0, True, 1)  # 7
     for _ in range(3):
         append(partition, plain_batch(2))  # same key "k": superseded by later ones
     partition.log.roll()
     for _ in range(3):
         append(partition, plain_batch(2))
+    append(partition, txn_batch(C, 0, tag=b"open"))  # stays open: not cleanable
     partition.log.roll()
     append(partition, plain_batch(1))
     before = index_entries(partition)
     result = Cleaner().clean_log(partition.log, clock(), force=True)
+    assert result.end_offset <= partition.last_stable_offset
     assert result.records_removed > 0
-    assert result.segments_before == 2 and result.segments_after == 1  # swapped, merged
-    assert index_entries(partition) == before == [AbortedTxn(A, 0, 2, 3)]
-    part, values = values_read_committed(broker)
+    assert result.segments_before == 1 and result.segments_after == 1  # the open one waits
+    assert index_entries(partition) == before == [AbortedTxn(A, 0, 6, 2)]
+    headers = {h.base_offset: h for h in all_batches(partition)}
+    assert 0 not in headers  # aborted data: gone
+    assert headers[4].record_count == 0 and headers[4].producer_id == A  # bare: A's sequence
+    assert headers[2].record_count == 2  # committed transactional data: kept whole
+    assert headers[6].is_control and headers[7].is_control  # every marker stays
+    _, values = values_read_committed(broker)
     assert not any(v.startswith(b"aborted") for v in values)
-    assert [(int(a.producer_id), int(a.first_offset)) for a in part.aborted_transactions] == [
-        (A, 0)
-    ]
+    assert b"committed0" in values and b"open0" not in values
+    _, everything = fetch(broker, fetch_request(broker, 12, [Want("t")]))
+    assert b"aborted" not in everything  # not even read_uncommitted sees it any more
+    partition.append_txn_marker(C, 0, 0, True, 1)
+    assert partition.last_stable_offset == partition.high_watermark
+    Cleaner().clean_log(partition.log, clock(), force=True)
+    assert b"open0" in values_read_committed(broker)[1]
