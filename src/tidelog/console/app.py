@@ -23,6 +23,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -161,7 +162,6 @@ def create_app(config: ConsoleConfig) -> Starlette:
     env.globals["show"] = render.show_bytes
     env.globals["read_only"] = config.read_only
     env.globals["bootstrap"] = config.bootstrap_servers
-    env.globals["auth_on"] = config.auth_user is not None
 
     def page(request: Request, template: str, status: int = 200, /, **context: Any) -> Response:
         response: Response = templates.TemplateResponse(
@@ -194,8 +194,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        title = HTTPStatus(exc.status_code).phrase
         return page(
-            request, "error.html", exc.status_code, title="Not found", errors=[("", "", exc.detail)]
+            request, "error.html", exc.status_code, title=title, errors=[("", "", exc.detail)]
         )
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
