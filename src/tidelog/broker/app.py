@@ -45,6 +45,7 @@ from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, VersionRange, restrict
 from tidelog.protocol.versions import CONTROLLER_VERSIONS
 from tidelog.runtime.filelock import FileLock, LockHeldError
 from tidelog.runtime.system import Runtime, wall_clock_ms
+from tidelog.security import ListenerSecurity, listener_security
 from tidelog.storage import LogManager, StorageError, lock_log_dirs
 
 _log = logging.getLogger("tidelog.broker")
@@ -62,21 +63,28 @@ class StopError(Exception):
     recovers them. The message is one line."""
 
 
-#: The security protocols a listener is served with today. A listener named for another
-#: one must not start and quietly speak plain text to clients that expect TLS or SASL.
-SERVED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT"})
+#: The security protocols a listener is served with. A listener named for another one
+#: must not start and quietly speak plain text to clients that expect TLS or SASL.
+SERVED_SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
 
-def check_listeners_served(config: BrokerConfig) -> None:
-    """Refuse, before anything is opened, a listener whose security protocol is not served."""
+def check_listeners_served(config: BrokerConfig) -> dict[str, ListenerSecurity]:
+    """Each listener's TLS and SASL settings, built before anything is opened: a protocol
+    not served, or a key store, trust store or JAAS entry that is missing or does not load,
+    stops the start with one line naming the key.
+
+    The inter-broker and controller listeners are built and served the same way; on a
+    single node nothing connects to them but clients."""
+    built: dict[str, ListenerSecurity] = {}
     for listener in config.listeners:
         if listener.security_protocol not in SERVED_SECURITY_PROTOCOLS:
             raise ConfigError(
                 "listeners",
                 str(listener),
-                f"security protocol {listener.security_protocol} is not supported yet; "
-                "Tidelog serves PLAINTEXT listeners only (see docs/compatibility.md)",
+                f"security protocol {listener.security_protocol} is not supported",
             )
+        built[listener.name] = listener_security(config, listener)
+    return built
 
 
 class BrokerApp:
@@ -106,6 +114,8 @@ class BrokerApp:
         #: ``metrics.listener``'s counters and HTTP server (None: metrics are off)
         self.metrics: BrokerMetrics | None = None
         self.metrics_server: MetricsServer | None = None
+        #: TLS and SASL settings by listener name, built first thing at start
+        self.listener_security: dict[str, ListenerSecurity] = {}
 
     @property
     def port(self) -> int:
@@ -114,7 +124,10 @@ class BrokerApp:
         return self.servers[0].port
 
     async def start(self) -> None:
-        check_listeners_served(self.static_config)
+        # Key files are read now: a bad one fails before any directory is locked. From the
+        # static config, as Kafka reads a listener's security at start (a dynamic change
+        # is stored, not applied: no listener reconfiguration yet).
+        self.listener_security = check_listeners_served(self.static_config)
         # First, so that /health answers (and /ready says why not) during a long recovery.
         await self._serve_metrics()
         loop = asyncio.get_running_loop()
@@ -223,6 +236,7 @@ class BrokerApp:
                 max_frame_size=config.socket_request_max_bytes,
                 max_in_flight=config.queued_max_requests,
                 listener=listener.name,
+                security=self.listener_security.get(listener.name),
             )
             await server.start()
             self.servers.append(server)

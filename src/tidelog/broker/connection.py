@@ -14,7 +14,16 @@ Two tasks per connection:
 
 Sockets are raw non-blocking sockets driven by the loop's ``sock_*`` calls rather than
 transports, because only a socket we own lets us hand file regions to ``os.sendfile``
-(zero copy from segment files to the network).
+(zero copy from segment files to the network). On a TLS listener a
+:class:`~tidelog.broker.tls_channel.TlsChannel` sits between the socket and the frames.
+
+Every connection has a principal (:class:`~tidelog.security.KafkaPrincipal`, on each
+request's context for the authorizer): ``User:ANONYMOUS``, the mapped subject of an SSL
+client's certificate, or the user a SASL exchange authenticated. On a SASL listener only
+ApiVersions, SaslHandshake and SaslAuthenticate are taken before authentication, and
+requests are bounded by ``sasl.server.max.receive.size`` until then; any other request
+closes the connection (Kafka's IllegalSaslStateException). After a SaslHandshake v0 the
+exchange comes as raw size-prefixed tokens, answered the same way.
 
 A request that cannot be parsed closes this connection only, after one log line; the
 ApiVersions request of a version we do not know gets Kafka's v0 fallback answer instead.
@@ -28,6 +37,7 @@ import functools
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -48,14 +58,30 @@ from tidelog.protocol import (
     response_header_version,
 )
 from tidelog.protocol.headers import encode_response_header
+from tidelog.security import (
+    ANONYMOUS,
+    KafkaPrincipal,
+    PrincipalMappingError,
+    SaslFailure,
+    SaslServer,
+    SaslState,
+    ScramCredential,
+    ScramMechanism,
+    rfc2253_subject,
+)
 from tidelog.storage import FileSlice
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.broker.tls_channel import TlsChannel
+    from tidelog.security import ListenerSecurity
 
 _log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+
+#: What a connection may take before a SASL client has authenticated (Kafka's list).
+_BEFORE_SASL = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 #: What the reader hands the writer: header, reply, when the frame was taken and when its
 #: handler returned (``time.perf_counter``); the times feed the request metrics.
@@ -90,6 +116,11 @@ class RequestContext:
         """The name of the listener the request came in on (``PLAINTEXT``, ...)."""
         return self.connection.listener
 
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """Who sent the request (``User:ANONYMOUS`` when nobody authenticated)."""
+        return self.connection.principal
+
 
 class _Closed(Exception):
     """The connection is going away; stop quietly."""
@@ -117,6 +148,7 @@ class Connection:
         max_frame_size: int,
         max_in_flight: int,
         listener: str = "PLAINTEXT",
+        security: ListenerSecurity | None = None,
     ) -> None:
         self._sock = sock
         #: The listener this connection was accepted on: Metadata, FindCoordinator and
@@ -126,6 +158,17 @@ class Connection:
         self._broker = broker
         self._handlers = handlers
         self._accepted = accepted
+        self._security = security
+        self._max_frame_size = max_frame_size
+        self.principal: KafkaPrincipal = ANONYMOUS
+        #: The SASL exchange of a SASL listener's connection (None: no SASL here)
+        self.sasl: SaslServer | None = None
+        self._tls: TlsChannel | None = None
+        self._close_after_reply = False
+        if security is not None and security.sasl is not None:
+            self.sasl = SaslServer(security.sasl, self._scram_credential)
+            # Bounded tighter until the client has authenticated, as Kafka bounds it.
+            max_frame_size = min(max_frame_size, security.sasl_max_receive_size)
         self._decoder = FrameDecoder(max_frame_size)
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue(max(1, max_in_flight))
         self._loop = asyncio.get_running_loop()
@@ -138,9 +181,70 @@ class Connection:
         except OSError:
             self.peer = "?"
 
+    # -- authentication ----------------------------------------------------------------
+
+    def _scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        controller = self._broker.controller
+        if controller is None:
+            return None
+        found = controller.image.scram_credential(user, mechanism.type)
+        if found is None:
+            return None
+        return ScramCredential(found.salt, found.stored_key, found.server_key, found.iterations)
+
+    def authenticated(self) -> None:
+        """The SASL exchange succeeded: requests now carry its user, and are bounded by
+        ``socket.request.max.bytes`` again."""
+        assert self.sasl is not None and self.sasl.principal is not None
+        self.principal = self.sasl.principal
+        _log.info("%s authenticated as %s with %s", self.peer, self.principal, self.sasl.mechanism)
+        if self._decoder.buffered == 0:
+            self._decoder = FrameDecoder(self._max_frame_size)
+
+    def close_after_reply(self) -> None:
+        """Close the connection once the reply of the request being handled is sent, after
+        ``connection.failed.authentication.delay.ms`` (a failed authentication, closed as
+        Kafka closes it)."""
+        self._close_after_reply = True
+
+    async def _start_tls(self) -> bool:
+        """TLS handshake and, for SSL, the principal from the client's certificate; False
+        when the client is refused (logged once with its address)."""
+        from tidelog.broker.tls_channel import TlsChannel
+
+        assert self._security is not None and self._security.ssl_context is not None
+        channel = TlsChannel(self._sock, self._security.ssl_context)
+        try:
+            await channel.handshake()
+        except ssl.SSLError as exc:
+            _log.warning("TLS handshake with %s failed: %s", self.peer, exc.reason or exc)
+            return False
+        except (ConnectionError, OSError) as exc:
+            _log.info("TLS handshake with %s ended: %s", self.peer, exc)
+            return False
+        self._tls = channel
+        cert = channel.peer_certificate()
+        if self.sasl is None and cert is not None:
+            subject = rfc2253_subject(cert.get("subject", ()))
+            try:
+                self.principal = self._security.principal_mapper.principal(subject)
+            except PrincipalMappingError as exc:
+                _log.warning("refusing the SSL client %s: %s", self.peer, exc)
+                return False
+            _log.debug("%s is %s (certificate subject %s)", self.peer, self.principal, subject)
+        return True
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def run(self) -> None:
+        if self._security is not None and self._security.uses_tls:
+            try:
+                if not await self._start_tls():
+                    return
+            finally:
+                if self._tls is None:
+                    with contextlib.suppress(OSError):
+                        self._sock.close()
         writer = asyncio.create_task(self._write_loop(), name=f"write {self.peer}")
         reading = asyncio.create_task(self._read_loop(), name=f"read {self.peer}")
         self._reading = reading
@@ -163,6 +267,9 @@ class Connection:
             writer.cancel()
             with contextlib.suppress(BaseException):
                 await writer
+            if self._close_after_reply and self._security is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(self._security.failed_authentication_delay_ms / 1000)
             self._drain_unsent()
             with contextlib.suppress(OSError):
                 self._sock.close()
@@ -188,8 +295,12 @@ class Connection:
         view = memoryview(buf)
         loop = self._loop
         try:
+            tls = self._tls
             while not self._closing:
-                n = await loop.sock_recv_into(self._sock, buf)
+                if tls is not None:
+                    n = await tls.recv_into(buf)
+                else:
+                    n = await loop.sock_recv_into(self._sock, buf)
                 if n == 0:
                     self._peer_closed = True
                     return
@@ -199,10 +310,37 @@ class Connection:
                         return
         except ProtocolError as exc:
             _log.warning("closing connection from %s: %s", self.peer, exc)
+        except ssl.SSLError as exc:
+            _log.warning("closing TLS connection from %s: %s", self.peer, exc.reason or exc)
+            self._peer_closed = True
         except (ConnectionError, OSError):
             self._peer_closed = True
 
+    async def _raw_sasl_token(self, frame: memoryview) -> None:
+        """A token of the unframed exchange after SaslHandshake v0: answered with a
+        size-prefixed token; a failure just closes the connection (v0 cannot say why)."""
+        assert self.sasl is not None
+        taken = time.perf_counter()
+        try:
+            token = self.sasl.authenticate(bytes(frame))
+        except SaslFailure as failure:
+            _log.warning(
+                "SASL authentication from %s with %s failed: %s",
+                self.peer,
+                self.sasl.mechanism,
+                failure.message,
+            )
+            self._closing = True
+            return
+        if self.sasl.complete:
+            self.authenticated()
+        await self._queue.put((None, size_prefix(len(token)) + token, taken, time.perf_counter()))
+
     async def _handle_frame(self, frame: memoryview) -> None:
+        sasl = self.sasl
+        if sasl is not None and sasl.raw_tokens and sasl.state is SaslState.AUTHENTICATE:
+            await self._raw_sasl_token(frame)
+            return
         taken = time.perf_counter()
         try:
             header, request = parse_request(frame, self._accepted)
@@ -217,6 +355,14 @@ class Connection:
             return
         except ProtocolError as exc:
             _log.warning("closing connection from %s: %s", self.peer, exc)
+            self._closing = True
+            return
+        if sasl is not None and not sasl.complete and header.api_key not in _BEFORE_SASL:
+            _log.warning(
+                "closing connection from %s: %s before SASL authentication",
+                self.peer,
+                ApiKey(header.api_key).name,
+            )
             self._closing = True
             return
         handler = self._handlers[header.api_key]
@@ -239,6 +385,8 @@ class Connection:
             self._closing = True
             return
         await self._queue.put((header, reply, taken, time.perf_counter()))
+        if self._close_after_reply:
+            self._closing = True
 
     # -- writing -----------------------------------------------------------------------
 
@@ -265,7 +413,7 @@ class Connection:
                 continue
             error_codes = metrics.error_codes_of(reply) if metrics is not None else ()
             if isinstance(reply, bytes):
-                await self._loop.sock_sendall(self._sock, reply)
+                await self._send(reply)
             elif isinstance(reply, EncodedResponse):
                 assert header is not None
                 try:
@@ -274,7 +422,7 @@ class Connection:
                     reply.close()
             else:
                 assert header is not None
-                await self._loop.sock_sendall(self._sock, encode_response(header, reply))
+                await self._send(encode_response(header, reply))
             if header is None:
                 continue
             sent = time.perf_counter()
@@ -309,13 +457,23 @@ class Connection:
                 pending += part
                 continue
             if pending:
-                await self._loop.sock_sendall(self._sock, pending)
+                await self._send(pending)
                 pending = bytearray()
             await self._sendfile(part)
         if pending:
-            await self._loop.sock_sendall(self._sock, pending)
+            await self._send(pending)
+
+    async def _send(self, data: bytes | bytearray) -> None:
+        if self._tls is not None:
+            await self._tls.sendall(data)
+        else:
+            await self._loop.sock_sendall(self._sock, data)
 
     async def _sendfile(self, part: FileSlice) -> None:
+        if self._tls is not None:
+            if await self._tls.sendfile(part) < part.length:
+                raise _Closed(f"segment shrank while sending to {self.peer}")
+            return
         offset, remaining = part.position, part.length
         while remaining > 0:
             try:

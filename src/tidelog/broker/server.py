@@ -21,6 +21,7 @@ from tidelog.protocol import ApiKey, VersionRange
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.security import ListenerSecurity
 
 _log = logging.getLogger(__name__)
 
@@ -40,8 +41,11 @@ class BrokerServer:
         max_in_flight: int,
         shutdown_grace_s: float = 10.0,
         listener: str = "PLAINTEXT",
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.listener = listener
+        #: TLS and SASL of this listener (None: plain text, everyone ANONYMOUS)
+        self.security = security
         self._broker = broker
         self._host = host
         self._port = port
@@ -90,6 +94,7 @@ class BrokerServer:
                 max_frame_size=self._max_frame_size,
                 max_in_flight=self._max_in_flight,
                 listener=self.listener,
+                security=self.security,
             )
             task = asyncio.create_task(connection.run(), name=f"connection {connection.peer}")
             self._connections[connection] = task

@@ -1,14 +1,23 @@
-"""`tidelog configs describe|alter`: Kafka's kafka-configs for topics and brokers."""
+"""`tidelog configs describe|alter`: Kafka's kafka-configs for topics, brokers and users.
+
+For ``--entity-type users`` the configs are SCRAM credentials, written as kafka-configs
+writes them: ``--add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'``
+(iterations default to 4096) and ``--delete-config SCRAM-SHA-512``; the password is salted
+here and never sent (AlterUserScramCredentials).
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from tidelog.cli.output import UsageError, add_bootstrap, guarded, parse_pairs, print_table
 from tidelog.client import Admin, AlterConfigOp, ConfigResource
 
-_TYPES = {"topics": "topic", "brokers": "broker"}
+_TYPES = {"topics": "topic", "brokers": "broker", "users": "user"}
+_SCRAM_CONFIG = re.compile(r"\s*(SCRAM-SHA-(?:256|512))=\[([^\]]*)\]\s*(?:,|$)")
+_DEFAULT_ITERATIONS = 4096
 
 
 def add_parser(commands: Any) -> None:
@@ -22,7 +31,7 @@ def add_parser(commands: Any) -> None:
         sub = actions.add_parser(action, help=helptext)
         add_bootstrap(sub)
         sub.add_argument("--entity-type", required=True, choices=sorted(_TYPES))
-        sub.add_argument("--entity-name", required=True, help="topic name or broker id")
+        sub.add_argument("--entity-name", required=True, help="topic name, broker id or user")
         if action == "describe":
             sub.add_argument("--all", action="store_true", help="include defaults")
             sub.set_defaults(run=guarded("configs describe", _describe))
@@ -37,6 +46,8 @@ def _resource(args: argparse.Namespace) -> ConfigResource:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    if args.entity_type == "users":
+        return _describe_user(args)
     resource = _resource(args)
     with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
         entries = admin.describe_configs([resource])[resource]
@@ -57,7 +68,74 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_scram_configs(items: list[str]) -> list[tuple[str, int, str]]:
+    """``SCRAM-SHA-256=[iterations=8192,password=secret]`` items -> (mechanism, iterations,
+    password)."""
+    out: list[tuple[str, int, str]] = []
+    for item in items:
+        position = 0
+        while position < len(item.rstrip()):
+            match = _SCRAM_CONFIG.match(item, position)
+            if match is None:
+                raise UsageError(
+                    f"--add-config {item!r}: expected "
+                    "SCRAM-SHA-256=[iterations=N,password=SECRET] or SCRAM-SHA-512=[...]"
+                )
+            position = match.end()
+            fields: dict[str, str] = {}
+            for part in match.group(2).split(","):
+                key, sep, value = part.partition("=")
+                if not sep or key.strip() not in ("iterations", "password"):
+                    raise UsageError(
+                        f"--add-config {match.group(1)}: {part!r} is not iterations=N or "
+                        "password=SECRET"
+                    )
+                fields[key.strip()] = value
+            if "password" not in fields:
+                raise UsageError(f"--add-config {match.group(1)}: password=... is required")
+            iterations_text = fields.get("iterations", str(_DEFAULT_ITERATIONS))
+            if not iterations_text.strip().isdigit():
+                raise UsageError(f"--add-config {match.group(1)}: iterations must be a number")
+            out.append((match.group(1), int(iterations_text), fields["password"]))
+    return out
+
+
+def _alter_user(args: argparse.Namespace) -> int:
+    user = args.entity_name
+    upsertions = [
+        (user, mechanism, iterations, password)
+        for mechanism, iterations, password in parse_scram_configs(args.add_config)
+    ]
+    deletions = [
+        (user, name.strip().upper())
+        for item in args.delete_config
+        for name in item.split(",")
+        if name.strip()
+    ]
+    unknown = [m for _, m in deletions if m not in ("SCRAM-SHA-256", "SCRAM-SHA-512")]
+    if unknown:
+        raise UsageError(f"--delete-config {unknown[0]}: expected SCRAM-SHA-256 or SCRAM-SHA-512")
+    if not upsertions and not deletions:
+        raise UsageError("nothing to alter: give --add-config and/or --delete-config")
+    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+        admin.alter_user_scram_credentials(upsertions, deletions)
+    print(f"Completed updating config for user {user}.")
+    return 0
+
+
+def _describe_user(args: argparse.Namespace) -> int:
+    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+        found = admin.describe_user_scram_credentials([args.entity_name])
+    credentials = ",".join(
+        f"{mechanism}=iterations={iterations}" for mechanism, iterations in found[args.entity_name]
+    )
+    print(f"SCRAM credential configs for user-principal '{args.entity_name}' are {credentials}")
+    return 0
+
+
 def _alter(args: argparse.Namespace) -> int:
+    if args.entity_type == "users":
+        return _alter_user(args)
     ops = [
         AlterConfigOp(k, v, "set") for k, v in parse_pairs(args.add_config, "--add-config").items()
     ]

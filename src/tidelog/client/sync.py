@@ -426,6 +426,22 @@ class Admin(_Facade):
     def delete_groups(self, group_ids: Iterable[str]) -> None:
         self._run(self._core.delete_groups(list(group_ids)))
 
+    def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[tuple[str, str, int, str]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self._run(self._core.alter_user_scram_credentials(list(upsertions), list(deletions)))
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, list[tuple[str, int]]]:
+        wanted = None if users is None else list(users)
+        result: dict[str, list[tuple[str, int]]] = self._run(
+            self._core.describe_user_scram_credentials(wanted)
+        )
+        return result
+
 
 async def _call(function: Any, *args: Any) -> Any:
     return function(*args)

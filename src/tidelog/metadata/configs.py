@@ -1198,23 +1198,56 @@ _KAFKA_TYPES = {
 }
 
 
+# Kafka's security keys that tidelog.security acts on, with Kafka's types, defaults and
+# update modes. Each is read when its listener starts (also under the listener prefix
+# ``listener.name.<name>.``); a dynamic change takes effect at the next start.
+_SECURITY_DOCS = {
+    "ssl.keystore.type": "Key store format; Tidelog reads PEM only (set PEM).",
+    "ssl.keystore.location": "PEM file with the listener's private key and certificate chain.",
+    "ssl.keystore.certificate.chain": "The certificate chain in PEM, inline.",
+    "ssl.keystore.key": "The private key in PEM (PKCS#8, encrypted or not), inline.",
+    "ssl.key.password": "Password of an encrypted private key.",
+    "ssl.truststore.type": "Trust store format; Tidelog reads PEM only (set PEM).",
+    "ssl.truststore.location": "PEM file of the CA certificates client certificates are checked "
+    "against.",
+    "ssl.truststore.certificates": "The CA certificates in PEM, inline.",
+    "ssl.client.auth": "Client certificates: none, requested (checked when sent) or required.",
+    "ssl.enabled.protocols": "TLS versions served (TLSv1.2, TLSv1.3).",
+    "ssl.protocol": "TLS, TLSv1.2 or TLSv1.3 (checked; ssl.enabled.protocols decides).",
+    "ssl.cipher.suites": "TLS 1.2 cipher suites (IANA or OpenSSL names); empty: OpenSSL's "
+    "defaults.",
+    "ssl.principal.mapping.rules": "Rules from a client certificate's subject DN to the "
+    "principal name: RULE:pattern/replacement/[LU], DEFAULT.",
+    "sasl.enabled.mechanisms": "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, "
+    "SCRAM-SHA-512.",
+    "sasl.jaas.config": "JAAS entry; read as listener.name.<listener>.plain.sasl.jaas.config "
+    '(PlainLoginModule with user_<name>="<password>" options).',
+    "sasl.server.max.receive.size": "Largest request read from a client before it has "
+    "authenticated on a SASL listener.",
+    "connection.failed.authentication.delay.ms": "How long a connection whose authentication "
+    "failed stays open after the broker's answer.",
+}
+
+
 def _kafka_only_defs(known: Collection[str]) -> list[ConfigDef]:
-    """Kafka's broker keys Tidelog does not define itself: accepted, without effect."""
+    """Kafka's broker keys Tidelog does not define itself: accepted, without effect
+    unless tidelog.security reads them (:data:`_SECURITY_DOCS`)."""
     defs: list[ConfigDef] = []
     for name, kind, default, mode in kafka_names.BROKER_KEYS:
         if name in known:
             continue
         config_type = _KAFKA_TYPES[kind]
+        security_doc = _SECURITY_DOCS.get(name)
         defs.append(
             ConfigDef(
                 name,
                 config_type,
                 None if default is None else _parse_typed(name, config_type, default),
-                "Kafka broker config, accepted and stored.",
+                security_doc or "Kafka broker config, accepted and stored.",
                 dynamic=mode != "read-only",
                 per_broker=mode == "per-broker",
                 per_listener=mode == "per-listener",
-                no_effect=kafka_names.no_effect_reason(name),
+                no_effect=None if security_doc else kafka_names.no_effect_reason(name),
             )
         )
     return defs
@@ -1380,6 +1413,24 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 # -- the broker's configuration ----------------------------------------------------------
 
 
+_LISTENER_PREFIXED = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
+# A broker's JAAS entry is per listener and per mechanism: <mechanism>.sasl.jaas.config.
+_MECHANISM_JAAS = re.compile(r"[a-z0-9-]+\.sasl\.jaas\.config")
+
+
+def listener_prefixed_definition(key: str) -> ConfigDef | None:
+    """The definition of a ``listener.name.<listener>.<key>`` key (Kafka's per-listener
+    prefix, listener name in lower case), None when ``key`` is not one."""
+    match = _LISTENER_PREFIXED.fullmatch(key)
+    if match is None:
+        return None
+    rest = match.group(2)
+    if _MECHANISM_JAAS.fullmatch(rest):
+        rest = "sasl.jaas.config"
+    definition = BROKER_CONFIGS.get(rest)
+    return None if definition is None else replace(definition, name=key)
+
+
 @dataclass(frozen=True)
 class _Layer:
     source: ConfigSource
@@ -1395,7 +1446,7 @@ def _parse_layer(
     unknown: dict[str, str] = {}
     warnings: list[str] = []
     for key, text in raw.items():
-        definition = BROKER_CONFIGS.get(key)
+        definition = BROKER_CONFIGS.get(key) or listener_prefixed_definition(key)
         if definition is None:
             unknown[key] = text
             warnings.append(f"unknown configuration {key}={text!r} is ignored")

@@ -21,7 +21,9 @@ Rules of replay:
 * RegisterBrokerRecord (re)registers a broker whose epoch is the record's offset;
   BrokerRegistrationChangeRecord fences, unfences or marks in controlled shutdown,
   and UnregisterBrokerRecord removes, the registration of the epoch it names;
-* ProducerIdsRecord moves the next producer id block forward, never back.
+* ProducerIdsRecord moves the next producer id block forward, never back;
+* UserScramCredentialRecord sets a user's credential for one SCRAM mechanism;
+  RemoveUserScramCredentialRecord deletes one that exists.
 
 A record that breaks these rules (a partition of an unknown topic ...) raises
 :class:`~tidelog.metadata.errors.MetadataReplayError`: the log was written by a
@@ -49,8 +51,10 @@ from tidelog.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 __all__ = [
@@ -60,6 +64,7 @@ __all__ = [
     "MetadataDelta",
     "MetadataImage",
     "PartitionImage",
+    "ScramCredentialImage",
     "TopicImage",
 ]
 
@@ -117,6 +122,16 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True)
+class ScramCredentialImage:
+    """A user's credential for one SCRAM mechanism (never the password)."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True)
 class MetadataDelta:
     """What one :meth:`MetadataImage.apply` changed.
 
@@ -136,6 +151,8 @@ class MetadataDelta:
     #: Brokers fenced, unfenced or put in controlled shutdown.
     changed_brokers: tuple[int, ...] = ()
     unregistered_brokers: tuple[int, ...] = ()
+    #: Users whose SCRAM credentials were set or removed.
+    changed_scram_users: frozenset[str] = frozenset()
     producer_ids_changed: bool = False
     features_changed: bool = False
 
@@ -151,6 +168,7 @@ class MetadataDelta:
             or self.registered_brokers
             or self.changed_brokers
             or self.unregistered_brokers
+            or self.changed_scram_users
             or self.producer_ids_changed
             or self.features_changed
         )
@@ -178,6 +196,10 @@ class MetadataImage:
     #: First producer id of the next block to hand out.
     next_producer_id: int
     features: Mapping[str, int]
+    #: SCRAM credentials: (user name, Kafka's mechanism type id) -> credential.
+    scram_credentials: Mapping[tuple[str, int], ScramCredentialImage] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
     offset: int = -1
     epoch: int = -1
 
@@ -213,6 +235,9 @@ class MetadataImage:
     def broker_config(self, resource_name: str) -> Mapping[str, str]:
         """Dynamic configs of a broker resource ("" is the cluster-wide default)."""
         return self.broker_configs.get(resource_name, _EMPTY)
+
+    def scram_credential(self, user: str, mechanism: int) -> ScramCredentialImage | None:
+        return self.scram_credentials.get((user, mechanism))
 
     def unfenced_brokers(self) -> list[BrokerRegistration]:
         """The registered brokers that are not fenced, by id: those clients are given."""
@@ -272,6 +297,8 @@ class _Replay:
         self.brokers: Mapping[int, BrokerRegistration] = base.brokers
         self.next_producer_id = base.next_producer_id
         self.features: Mapping[str, int] = base.features
+        self.scram: Mapping[tuple[str, int], ScramCredentialImage] = base.scram_credentials
+        self.changed_scram_users: set[str] = set()
         # Partitions of the topics touched, by topic id.
         self.partitions: dict[uuid.UUID, dict[int, PartitionImage]] = {}
         self.created_topics: dict[uuid.UUID, str] = {}
@@ -432,6 +459,24 @@ class _Replay:
                 features[record.name] = record.level
             self.features = features
             self.features_changed = True
+        elif isinstance(record, UserScramCredentialRecord):
+            scram = dict(self.scram)
+            scram[(record.name, record.mechanism)] = ScramCredentialImage(
+                record.salt, record.stored_key, record.server_key, record.iterations
+            )
+            self.scram = scram
+            self.changed_scram_users.add(record.name)
+        elif isinstance(record, RemoveUserScramCredentialRecord):
+            credential = (record.name, record.mechanism)
+            if credential not in self.scram:
+                raise MetadataReplayError(
+                    f"removes SCRAM credential {record.mechanism} of {record.name!r}, "
+                    "which does not exist"
+                )
+            scram = dict(self.scram)
+            del scram[credential]
+            self.scram = scram
+            self.changed_scram_users.add(record.name)
 
     def _apply_config(self, record: ConfigRecord) -> None:
         if record.resource_type == TOPIC_RESOURCE:
@@ -464,6 +509,7 @@ class _Replay:
             brokers=_frozen(self.brokers),
             next_producer_id=self.next_producer_id,
             features=_frozen(self.features),
+            scram_credentials=_frozen(self.scram),
             offset=self.offset,
             epoch=self.base.epoch,
         )
@@ -483,6 +529,7 @@ class _Replay:
             registered_brokers=tuple(self.registered),
             changed_brokers=tuple(self.changed_brokers),
             unregistered_brokers=tuple(self.unregistered),
+            changed_scram_users=frozenset(self.changed_scram_users),
             producer_ids_changed=self.producer_ids_changed,
             features_changed=self.features_changed,
         )

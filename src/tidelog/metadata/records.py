@@ -18,6 +18,8 @@ field of the wrong type raises :class:`~tidelog.metadata.errors.MetadataRecordEr
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import json
 import uuid
@@ -40,6 +42,8 @@ __all__ = [
     "RegisterBrokerRecord",
     "RemoveTopicRecord",
     "TopicRecord",
+    "RemoveUserScramCredentialRecord",
+    "UserScramCredentialRecord",
     "UnregisterBrokerRecord",
     "decode_record",
     "encode_record",
@@ -58,6 +62,8 @@ class RecordType(enum.IntEnum):
     REMOVE_TOPIC = 6
     PRODUCER_IDS = 7
     FEATURE_LEVEL = 8
+    USER_SCRAM_CREDENTIAL = 9
+    REMOVE_USER_SCRAM_CREDENTIAL = 10
     UNREGISTER_BROKER = 11
     BROKER_REGISTRATION_CHANGE = 12
 
@@ -137,6 +143,14 @@ class _Fields:
             return tuple(uuid.UUID(item) for item in value)
         except ValueError:
             raise self._fail(name, "a list of UUIDs") from None
+
+    def data(self, name: str) -> bytes:
+        """Bytes, written as standard base64 text."""
+        text = self.text(name)
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise self._fail(name, "base64 bytes") from None
 
     def objects(self, name: str) -> list[Mapping[str, object]]:
         value = self.body.get(name)
@@ -429,6 +443,64 @@ class FeatureLevelRecord:
         return cls(f.text("name"), f.integer("level"))
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@dataclass(frozen=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism, set or replaced (Kafka's
+    UserScramCredentialRecord): ``mechanism`` is Kafka's type id (1 SCRAM-SHA-256,
+    2 SCRAM-SHA-512); salt, stored key and server key are what verify a client's proof.
+    The password is never recorded."""
+
+    TYPE: ClassVar[RecordType] = RecordType.USER_SCRAM_CREDENTIAL
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def to_json(self) -> Json:
+        return {
+            "name": self.name,
+            "mechanism": self.mechanism,
+            "salt": _b64(self.salt),
+            "stored_key": _b64(self.stored_key),
+            "server_key": _b64(self.server_key),
+            "iterations": self.iterations,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> UserScramCredentialRecord:
+        return cls(
+            f.text("name"),
+            f.integer("mechanism"),
+            f.data("salt"),
+            f.data("stored_key"),
+            f.data("server_key"),
+            f.integer("iterations"),
+        )
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord:
+    """The user's credential for ``mechanism`` is deleted (Kafka's
+    RemoveUserScramCredentialRecord)."""
+
+    TYPE: ClassVar[RecordType] = RecordType.REMOVE_USER_SCRAM_CREDENTIAL
+    name: str
+    mechanism: int
+
+    def to_json(self) -> Json:
+        return {"name": self.name, "mechanism": self.mechanism}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> RemoveUserScramCredentialRecord:
+        return cls(f.text("name"), f.integer("mechanism"))
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -440,6 +512,8 @@ MetadataRecord = (
     | RemoveTopicRecord
     | ProducerIdsRecord
     | FeatureLevelRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
 )
 
 _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
@@ -453,6 +527,8 @@ _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
     RecordType.REMOVE_TOPIC: RemoveTopicRecord.from_json,
     RecordType.PRODUCER_IDS: ProducerIdsRecord.from_json,
     RecordType.FEATURE_LEVEL: FeatureLevelRecord.from_json,
+    RecordType.USER_SCRAM_CREDENTIAL: UserScramCredentialRecord.from_json,
+    RecordType.REMOVE_USER_SCRAM_CREDENTIAL: RemoveUserScramCredentialRecord.from_json,
 }
 # The newest body version of each type this code reads and writes.
 VERSION = 0

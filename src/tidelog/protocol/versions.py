@@ -69,6 +69,7 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.SYNC_GROUP,                     0, 5),
     _serve(ApiKey.DESCRIBE_GROUPS,                0, 6),
     _serve(ApiKey.LIST_GROUPS,                    0, 5),
+    _serve(ApiKey.SASL_HANDSHAKE,                 0, 1),
     _serve(ApiKey.API_VERSIONS,                   0, 4),
     _serve(ApiKey.CREATE_TOPICS,                  2, 7),
     _serve(ApiKey.DELETE_TOPICS,                  1, 6),
@@ -85,12 +86,15 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.DESCRIBE_LOG_DIRS,              1, 5),
     _serve(ApiKey.CREATE_PARTITIONS,              0, 3),
     _serve(ApiKey.DELETE_GROUPS,                  0, 2),
+    _serve(ApiKey.SASL_AUTHENTICATE,              0, 2),
     _serve(ApiKey.INCREMENTAL_ALTER_CONFIGS,      0, 1),
     _serve(ApiKey.OFFSET_DELETE,                  0, 0),
     _serve(ApiKey.DESCRIBE_CLUSTER,               0, 2),
     _serve(ApiKey.DESCRIBE_PRODUCERS,             0, 0),
     _serve(ApiKey.DESCRIBE_TRANSACTIONS,          0, 0),
     _serve(ApiKey.LIST_TRANSACTIONS,              0, 2),
+    _serve(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0),
+    _serve(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,   0, 0),
 )
 # fmt: on
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -793,6 +795,77 @@ class AIOAdmin:
         err = _item_error(answer.error_code, None, f"group {group!r}")
         if err is not None:
             raise err
+
+    # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
+
+    async def alter_user_scram_credentials(
+        self,
+        upsertions: Iterable[tuple[str, str, int, str]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """Set (user, mechanism, iterations, password) and delete (user, mechanism)
+        credentials. The password never leaves this process: the broker is sent a random
+        salt and the salted password, as Kafka's admin client sends them."""
+        upserts = []
+        for user, mechanism, iterations, password in upsertions:
+            type_id, hash_name = _scram_mechanism(mechanism)
+            salt = os.urandom(32)
+            salted = hashlib.pbkdf2_hmac(hash_name, password.encode("utf-8"), salt, iterations)
+            upserts.append(
+                {"name": user, "mechanism": type_id, "iterations": iterations, "salt": salt,
+                 "salted_password": salted}
+            )  # fmt: skip
+        deletes = [
+            {"name": user, "mechanism": _scram_mechanism(mechanism)[0]}
+            for user, mechanism in deletions
+        ]
+        response = await self._call_controller(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {"deletions": deletes, "upsertions": upserts}
+        )
+        errors: dict[object, ClientError] = {}
+        for r in response.results:
+            err = _item_error(r.error_code, r.error_message, f"user {r.user!r}")
+            if err is not None:
+                errors[r.user] = err
+        _check(errors, "alter SCRAM credentials")
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, list[tuple[str, int]]]:
+        """user -> [(mechanism, iterations)]; every user with credentials when ``users``
+        is None."""
+        wanted = None if users is None else [{"name": user} for user in users]
+        response = await self._call_controller(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": wanted}
+        )
+        err = _item_error(response.error_code, response.error_message, "describe SCRAM users")
+        if err is not None:
+            raise err
+        names = {type_id: name for name, (type_id, _) in _SCRAM_MECHANISMS.items()}
+        out: dict[str, list[tuple[str, int]]] = {}
+        errors: dict[object, ClientError] = {}
+        for r in response.results:
+            item_err = _item_error(r.error_code, r.error_message, f"user {r.user!r}")
+            if item_err is not None:
+                errors[r.user] = item_err
+                continue
+            out[r.user] = [
+                (names.get(int(c.mechanism), str(c.mechanism)), int(c.iterations))
+                for c in r.credential_infos
+            ]
+        _check(errors, "describe SCRAM credentials")
+        return out
+
+
+# Kafka's SCRAM mechanism type ids and their hashes (the client cannot use the broker's table).
+_SCRAM_MECHANISMS = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+
+
+def _scram_mechanism(name: str) -> tuple[int, str]:
+    found = _SCRAM_MECHANISMS.get(name.upper())
+    if found is None:
+        raise ValueError(f"SCRAM mechanism {name!r}: expected {' or '.join(_SCRAM_MECHANISMS)}")
+    return found
 
 
 __all__ = ["AIOAdmin", "ClusterDescription"]

@@ -2,7 +2,7 @@
 
 Split by concern, as Kafka's controller is: :mod:`.topics` (topics and partitions),
 :mod:`.configs` (dynamic configs; describe), :mod:`.producer_ids`, :mod:`.cluster`
-(broker registration). Each is a set of functions from a
+(broker registration), :mod:`.scram` (SCRAM credentials). Each is a set of functions from a
 :class:`~tidelog.metadata.controller.base.ControllerView` and a request to a
 :class:`~tidelog.metadata.controller.base.ControllerResult` (records to commit, reply to
 give once committed). :class:`~tidelog.metadata.controller.core.Controller` owns the one
@@ -26,6 +26,12 @@ from tidelog.metadata.controller.configs import (
 )
 from tidelog.metadata.controller.core import Controller, Listener
 from tidelog.metadata.controller.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from tidelog.metadata.controller.scram import (
+    AlterScramResult,
+    DescribeScramResult,
+    ScramDeletion,
+    ScramUpsertion,
+)
 from tidelog.metadata.controller.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
@@ -45,6 +51,7 @@ __all__ = [
     "PRODUCER_ID_BLOCK_SIZE",
     "TRANSACTION_STATE_TOPIC",
     "AlterConfigOp",
+    "AlterScramResult",
     "AlterConfigsResource",
     "ConfigResourceResult",
     "Controller",
@@ -55,11 +62,14 @@ __all__ = [
     "DeleteTopicResult",
     "DescribeConfigsResource",
     "DescribeConfigsResult",
+    "DescribeScramResult",
     "IncrementalAlterConfigsResource",
     "Listener",
     "NewPartitions",
     "NewTopic",
     "ProducerIdBlock",
+    "ScramDeletion",
+    "ScramUpsertion",
     "describe_configs",
     "effective_broker_config",
     "validate_topic_name",

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from tidelog.metadata.configs import BrokerConfig
-from tidelog.metadata.controller import configs, producer_ids, topics
+from tidelog.metadata.controller import configs, producer_ids, scram, topics
 from tidelog.metadata.controller.base import ControllerResult, ControllerView, group_batches
 from tidelog.metadata.controller.cluster import (
     ClusterControl,
@@ -51,6 +51,12 @@ from tidelog.metadata.controller.configs import (
     effective_broker_config,
 )
 from tidelog.metadata.controller.producer_ids import ProducerIdBlock
+from tidelog.metadata.controller.scram import (
+    AlterScramResult,
+    DescribeScramResult,
+    ScramDeletion,
+    ScramUpsertion,
+)
 from tidelog.metadata.controller.topics import (
     CreatePartitionsResult,
     CreateTopicResult,
@@ -363,3 +369,19 @@ class Controller:
             return self._commit_result(
                 producer_ids.allocate_producer_ids(self._view(), broker_id, broker_epoch)
             )
+
+    def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[AlterScramResult]:
+        """AlterUserScramCredentials: one result per user; each user's changes commit
+        together."""
+        with self._lock:
+            return self._commit_result(
+                scram.alter_user_scram_credentials(self._view(), deletions, upsertions)
+            )
+
+    def describe_user_scram_credentials(
+        self, users: Sequence[str] | None
+    ) -> list[DescribeScramResult]:
+        """DescribeUserScramCredentials over the current image; reads only."""
+        return scram.describe_user_scram_credentials(self.image, users)
