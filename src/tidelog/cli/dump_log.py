@@ -5,7 +5,9 @@ dumped in base-offset order; each file's section starts with ``Dumping <file>``.
 Reads a `.log` segment one batch at a time (never the whole file into memory), prints
 each batch header, and stops with a one-line explanation at the first bytes that are
 not a valid batch — which is exactly where the log's recovery would truncate.
-`.index` and `.timeindex` files are printed entry by entry.
+`.index`, `.timeindex` and `.txnindex` (aborted transactions) files are printed entry by
+entry. With ``--print-data-log`` a transaction marker (a control record) is shown as
+Kafka's tool shows it: ``endTxnMarker: COMMIT|ABORT coordinatorEpoch: N``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tidelog.records import batch as rb
+from tidelog.records.control import parse_end_txn_marker
 from tidelog.records.errors import RecordsError
 from tidelog.records.reader import decode_records
+from tidelog.storage.txn_index import ENTRY_SIZE, decode_entries
 
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 # A batch larger than this is reported rather than read: no segment written by a broker
@@ -36,7 +40,10 @@ def add_parser(commands: Any) -> None:
         "files",
         nargs="+",
         metavar="FILE",
-        help=".log, .index or .timeindex file, or a partition directory (all its .log files)",
+        help=(
+            ".log, .index, .timeindex or .txnindex file, or a partition directory (all its "
+            ".log files)"
+        ),
     )
     parser.add_argument(
         "--print-data-log", action="store_true", help="also print every record of every batch"
@@ -89,7 +96,12 @@ def _dump_file(path: Path, *, print_records: bool) -> bool:
             return _dump_index(path, struct.Struct(">ii"), ("offset", "position"))
         if path.suffix == ".timeindex":
             return _dump_index(path, struct.Struct(">qi"), ("timestamp", "offset"))
-        print(f"tidelog dump-log: {path}: not a .log, .index or .timeindex file", file=sys.stderr)
+        if path.suffix == ".txnindex":
+            return _dump_txn_index(path)
+        print(
+            f"tidelog dump-log: {path}: not a .log, .index, .timeindex or .txnindex file",
+            file=sys.stderr,
+        )
         return False
     except BrokenPipeError:
         raise  # our reader went away, not the file: `tidelog` main ends quietly
@@ -124,6 +136,21 @@ def _dump_index(path: Path, entry: struct.Struct, names: tuple[str, str]) -> boo
     return True
 
 
+def _dump_txn_index(path: Path) -> bool:
+    """Print the aborted transactions of a ``.txnindex`` file (Kafka's field names)."""
+    data = path.read_bytes()
+    for entry in decode_entries(data):
+        print(
+            f"version: 0 producerId: {entry.producer_id} firstOffset: {entry.first_offset} "
+            f"lastOffset: {entry.last_offset} lastStableOffset: {entry.last_stable_offset}"
+        )
+    trailing = len(data) % ENTRY_SIZE
+    if trailing:
+        print(f"index has {trailing} trailing bytes that are not a whole entry")
+        return False
+    return True
+
+
 def _read_exact(f: BinaryIO, size: int) -> bytes:
     data = f.read(size)
     return data if data is not None else b""
@@ -148,7 +175,7 @@ def _dump_segment(path: Path, *, print_records: bool) -> bool:
                 return False
             _print_batch(position, header)
             if print_records:
-                _print_records(data)
+                _print_records(data, header.is_control)
             position += size
 
 
@@ -166,8 +193,20 @@ def _print_batch(position: int, h: rb.BatchHeader) -> None:
     )
 
 
-def _print_records(data: bytes) -> None:
+def _print_records(data: bytes, control: bool) -> None:
     for rec in decode_records(data, verify_crc=False):
+        if control:
+            try:
+                marker = parse_end_txn_marker(rec.key, rec.value)
+            except RecordsError:
+                pass  # another control record (leader change, KRaft): printed as bytes
+            else:
+                print(
+                    f"| offset: {rec.offset} timestamp: {rec.timestamp} "
+                    f"endTxnMarker: {'COMMIT' if marker.commit else 'ABORT'} "
+                    f"coordinatorEpoch: {marker.coordinator_epoch}"
+                )
+                continue
         header_keys = ", ".join(k for k, _ in rec.headers)
         key = "null" if rec.key is None else rec.key.decode("utf-8", "backslashreplace")
         value = "null" if rec.value is None else rec.value.decode("utf-8", "backslashreplace")

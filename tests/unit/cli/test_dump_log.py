@@ -99,3 +99,33 @@ def test_a_directory_without_segments_is_a_one_line_error(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"tidelog dump-log: {tmp_path}: directory has no .log segment files\n"
+
+
+def test_shows_transaction_markers_and_the_aborted_transaction_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tidelog.records.control import build_end_txn_marker_batch
+    from tidelog.storage.txn_index import AbortedTxn, TxnIndex
+
+    builder = BatchBuilder(transactional=True)
+    builder.set_producer(7, 0, 0)
+    builder.append(b"k", b"aborted", timestamp=1_700_000_000_000)
+    data = builder.close()
+    marker = bytearray(
+        build_end_txn_marker_batch(
+            commit=False, producer_id=7, producer_epoch=0, coordinator_epoch=3, timestamp=5
+        )
+    )
+    set_base_offset(marker, 0, 1)
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(data + bytes(marker))
+    TxnIndex(tmp_path / "00000000000000000000.txnindex").append(AbortedTxn(7, 0, 1, 2))
+    assert main(["dump-log", "--print-data-log", str(segment)]) == 0
+    out = capsys.readouterr().out
+    assert "isTransactional: true isControl: true" in out
+    assert "| offset: 1 timestamp: 5 endTxnMarker: ABORT coordinatorEpoch: 3" in out
+    assert main(["dump-log", str(tmp_path / "00000000000000000000.txnindex")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == [
+        "version: 0 producerId: 7 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"
+    ]
