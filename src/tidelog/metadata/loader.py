@@ -10,6 +10,12 @@ request answers after every publisher has seen it.
 Control batches (Raft's leader-change and snapshot markers) hold no metadata records: they
 move the image's offset and epoch on and are not published. The image built so far always
 carries the (offset, epoch) of the last batch loaded.
+
+A snapshot (:meth:`MetadataLoader.load_snapshot`: at start, or when a lagging node installs
+one fetched from the leader) replaces the image whole. Publishers are then told that
+everything changed (:func:`~tidelog.metadata.image_records.snapshot_delta`), as Kafka's
+publishers get a full image after a snapshot load, and committed batches continue from the
+snapshot's end.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from tidelog.metadata.errors import MetadataReplayError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
+from tidelog.metadata.image_records import image_from_snapshot, snapshot_delta
 from tidelog.metadata.log import MetadataBatch
 
 __all__ = ["MetadataLoader", "Publisher"]
@@ -62,9 +70,35 @@ class MetadataLoader:
         self._image = image
         if delta is None:
             return None
+        self._publish(image, delta)
+        return delta
+
+    def load_snapshot(self, end_offset: int, epoch: int, records: Iterable[bytes]) -> MetadataDelta:
+        """Replace the image with the one the snapshot ``(end_offset, epoch)`` holds and
+        publish it; the delta publishers were given (everything in the snapshot changed).
+
+        The new image carries offset ``end_offset - 1`` and ``epoch``: the next batch to
+        load is the one at ``end_offset``. A snapshot that does not end after the image
+        (an older one) is refused with MetadataReplayError, as is one that does not
+        decode or replay; the image is then left as it was.
+        """
+        if end_offset - 1 <= self._image.offset:
+            raise MetadataReplayError(
+                f"snapshot ending at {end_offset} does not follow offset {self._image.offset}"
+            )
+        if epoch < self._image.epoch:
+            raise MetadataReplayError(
+                f"snapshot of epoch {epoch} follows the later epoch {self._image.epoch}"
+            )
+        image = image_from_snapshot(records, end_offset, epoch, cluster_id=self._image.cluster_id)
+        delta = snapshot_delta(self._image, image)
+        self._image = image
+        self._publish(image, delta)
+        return delta
+
+    def _publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         for publisher in list(self._publishers):
             try:
                 publisher(image, delta)
             except Exception:
                 _log.exception("metadata publisher failed")
-        return delta
