@@ -524,3 +524,38 @@ def test_compaction_removes_aborted_data_and_keeps_markers_committed_and_open_da
     assert partition.last_stable_offset == partition.high_watermark
     Cleaner().clean_log(partition.log, clock(), force=True)
     assert b"open0" in values_read_committed(broker)[1]
+
+
+def test_write_txn_markers_settles_transactional_offsets_of_consumer_offsets(
+    broker: Broker,
+) -> None:
+    class Groups:
+        def __init__(self) -> None:
+            self.completed: list[tuple[int, int, bool]] = []
+
+        def transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+            self.completed.append((partition, producer_id, commit))
+
+    groups = Groups()
+    broker.groups = groups  # type: ignore[assignment]
+    open_partition(broker)
+    open_partition(broker, "__consumer_offsets")
+    schema = module("write_txn_markers", 1)
+    request = schema.WriteTxnMarkersRequest(
+        markers=(
+            schema.WritableTxnMarker(
+                producer_id=A,
+                producer_epoch=0,
+                transaction_result=True,
+                coordinator_epoch=0,
+                topics=(
+                    schema.WritableTxnMarkerTopic(name="t", partition_indexes=(0,)),
+                    schema.WritableTxnMarkerTopic(
+                        name="__consumer_offsets", partition_indexes=(0, 1)
+                    ),
+                ),
+            ),
+        )
+    )
+    call(broker, ApiKey.WRITE_TXN_MARKERS, request)
+    assert groups.completed == [(0, A, True)]  # partition 1 is not here: nothing to settle

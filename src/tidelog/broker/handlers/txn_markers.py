@@ -14,6 +14,9 @@ calls it directly); it appends and returns at once, like an append to the page c
 :func:`apply_txn_markers_durably` and the API handler also wait until every partition
 written is fsynced, as Kafka writes markers with ``acks=all``: the coordinator must not
 record the transaction complete before its markers are as durable as acknowledged data.
+The API handler (a coordinator on another broker) also settles the transactional offsets
+of a ``__consumer_offsets`` partition it wrote a marker to, as Kafka's handler does; the
+in-process coordinator does that itself after :func:`apply_txn_markers_durably`.
 
 Version 0 left Kafka in 4.0 and kio has no schema for it; brokers send v1 (and v2, which
 adds the transaction version, from Kafka 4.1). Markers are checked with the transaction
@@ -35,6 +38,7 @@ from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.produce import storage_error_code
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.partitions import Partition, PartitionError
+from tidelog.metadata.controller import OFFSETS_TOPIC
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 from tidelog.storage import StorageError
 
@@ -147,7 +151,14 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
         )
         for marker in request.markers
     ]
-    results = await apply_txn_markers_durably(ctx.broker, markers)
+    broker = ctx.broker
+    results = await apply_txn_markers_durably(broker, markers)
+    groups = broker.groups
+    if groups is not None:
+        for marker, outcome in zip(markers, results, strict=True):
+            for (topic, index), code in outcome.items():
+                if topic == OFFSETS_TOPIC and code is ErrorCode.NONE:
+                    groups.transaction_completed(index, marker.producer_id, marker.commit)
     answers = []
     for marker, outcome in zip(request.markers, results, strict=True):
         topics = []
