@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from tidelog import __version__
 from tidelog.client.errors import (
@@ -319,8 +319,9 @@ class _Wire(asyncio.BufferedProtocol):
         self._lost: asyncio.Future[None] = loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Not an isinstance check: uvloop's transports have the methods of
+        # asyncio.Transport without deriving from it.
+        self._transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._decoder.receive_buffer()
