@@ -144,7 +144,9 @@ class Partition:
             pending.popleft()
         for first_offset, _ in pending:
             lso = min(lso, first_offset)
-        return lso
+        # DeleteRecords may move the log start past an open transaction's first offset:
+        # the LSO never points below the log (Kafka's rule).
+        return max(lso, self.log.log_start_offset)
 
     def _stable_offset(self) -> int:
         # The LSO for retention and the cleaner, possibly off the event loop: reads

@@ -484,6 +484,18 @@ def all_batches(partition: Partition) -> list[Any]:
     return headers
 
 
+def test_the_lso_never_points_below_the_log_start(broker: Broker) -> None:
+    partition = open_partition(broker)
+    append(partition, txn_batch(A, 0))  # 0-1, open
+    append(partition, plain_batch())  # 2-4
+    assert partition.last_stable_offset == 0
+    partition.log.delete_records(3)
+    assert partition.last_stable_offset == 3
+    assert partition.producers.ongoing == {A: 0}  # still open: its marker will come
+    partition.append_txn_marker(A, 0, 0, True, 1)
+    assert partition.last_stable_offset == partition.high_watermark == 6
+
+
 def test_compaction_removes_aborted_data_and_keeps_markers_committed_and_open_data(
     broker: Broker, clock: Any
 ) -> None:
