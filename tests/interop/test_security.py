@@ -530,3 +530,56 @@ def test_certificate_subject_is_mapped_to_the_principal(
         ),
         "the mapped principal in the broker log",
     )
+
+
+def test_storage_format_add_scram_creates_the_first_user(tmp_path: Path) -> None:
+    """`tidelog storage format --add-scram` before the first start: the user can
+    authenticate at once (no AlterUserScramCredentials), and still after a restart."""
+    data = tmp_path / "data"
+    config = tmp_path / "server.properties"
+    config.write_text(f"log.dirs={data}\n")
+    tidelog = str(venv_bin() / "tidelog")
+    cluster_id = subprocess.run(
+        [tidelog, "storage", "random-uuid"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    formatted = subprocess.run(
+        [tidelog, "storage", "format", "-c", str(config), "-t", cluster_id,
+         "--add-scram", "SCRAM-SHA-512=[name=admin,iterations=8192,password=admin-secret]"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert formatted.returncode == 0, formatted.stderr
+    assert "SCRAM-SHA-512 credential for user admin" in formatted.stdout
+    assert b"admin-secret" not in (data / "bootstrap.checkpoint").read_bytes()
+
+    class Formatted(BrokerProcess):
+        sasl_port = free_port()
+
+        def command(self) -> list[str]:
+            return [
+                tidelog, "serve", "--config", str(config), "--override",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+                "--override", "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            ]  # fmt: skip
+
+    broker = Formatted(tmp_path, kind="tidelog")
+    admin_case = Case("SASL_PLAINTEXT", "SASL_PLAINTEXT", "SCRAM-SHA-512", "admin", "admin-secret")
+    s = Settings(f"127.0.0.1:{Formatted.sasl_port}")
+    s.librdkafka.update(
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+         "sasl.username": admin_case.user or "", "sasl.password": admin_case.password or ""}
+    )  # fmt: skip
+    broker.start()
+    try:
+        for start in range(2):
+            topic = f"bootstrapped-{start}"
+            admin = AdminClient({"bootstrap.servers": s.bootstrap, **s.librdkafka})
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT)
+            records = records_for(topic)
+            assert_read_back(records, confluent_roundtrip(s, topic, records), check_headers=False)
+            if start == 0:
+                gc.collect()
+                broker.restart()
+    finally:
+        gc.collect()
+        broker.stop()

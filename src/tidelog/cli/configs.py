@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from tidelog.cli.output import UsageError, add_bootstrap, guarded, parse_pairs, print_table
@@ -68,43 +69,56 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_scram_configs(items: list[str]) -> list[tuple[str, int, str]]:
-    """``SCRAM-SHA-256=[iterations=8192,password=secret]`` items -> (mechanism, iterations,
-    password)."""
-    out: list[tuple[str, int, str]] = []
+@dataclass(frozen=True)
+class ScramConfig:
+    """One ``SCRAM-SHA-256=[...]`` item: the mechanism and its fields."""
+
+    mechanism: str
+    iterations: int
+    password: str
+    name: str | None = None
+
+
+def parse_scram_configs(
+    items: list[str], flag: str = "--add-config", with_name: bool = False
+) -> list[ScramConfig]:
+    """``SCRAM-SHA-256=[iterations=8192,password=secret]`` items (with ``name=`` too for
+    ``storage format --add-scram``), as kafka-configs and kafka-storage take them."""
+    allowed = ("name", "iterations", "password") if with_name else ("iterations", "password")
+    shape = ",".join(f"{key}=..." for key in allowed)
+    out: list[ScramConfig] = []
     for item in items:
         position = 0
         while position < len(item.rstrip()):
             match = _SCRAM_CONFIG.match(item, position)
             if match is None:
                 raise UsageError(
-                    f"--add-config {item!r}: expected "
-                    "SCRAM-SHA-256=[iterations=N,password=SECRET] or SCRAM-SHA-512=[...]"
+                    f"{flag} {item!r}: expected SCRAM-SHA-256=[{shape}] or SCRAM-SHA-512=[...]"
                 )
             position = match.end()
+            mechanism = match.group(1)
             fields: dict[str, str] = {}
             for part in match.group(2).split(","):
                 key, sep, value = part.partition("=")
-                if not sep or key.strip() not in ("iterations", "password"):
-                    raise UsageError(
-                        f"--add-config {match.group(1)}: {part!r} is not iterations=N or "
-                        "password=SECRET"
-                    )
+                if not sep or key.strip() not in allowed:
+                    raise UsageError(f"{flag} {mechanism}: {part!r} is not one of {shape}")
                 fields[key.strip()] = value
-            if "password" not in fields:
-                raise UsageError(f"--add-config {match.group(1)}: password=... is required")
+            for required in ("name", "password") if with_name else ("password",):
+                if not fields.get(required):
+                    raise UsageError(f"{flag} {mechanism}: {required}=... is required")
             iterations_text = fields.get("iterations", str(_DEFAULT_ITERATIONS))
             if not iterations_text.strip().isdigit():
-                raise UsageError(f"--add-config {match.group(1)}: iterations must be a number")
-            out.append((match.group(1), int(iterations_text), fields["password"]))
+                raise UsageError(f"{flag} {mechanism}: iterations must be a number")
+            out.append(
+                ScramConfig(mechanism, int(iterations_text), fields["password"], fields.get("name"))
+            )
     return out
 
 
 def _alter_user(args: argparse.Namespace) -> int:
     user = args.entity_name
     upsertions = [
-        (user, mechanism, iterations, password)
-        for mechanism, iterations, password in parse_scram_configs(args.add_config)
+        (user, c.mechanism, c.iterations, c.password) for c in parse_scram_configs(args.add_config)
     ]
     deletions = [
         (user, name.strip().upper())

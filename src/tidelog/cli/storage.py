@@ -3,7 +3,9 @@
 ``tidelog storage random-uuid`` prints a new cluster id; ``tidelog storage format
 --cluster-id ID --config FILE`` writes ``meta.properties`` with it into every log dir and
 the metadata log dir before the node's first start, so that the nodes of a cluster share
-one id. ``tidelog serve`` on unformatted dirs formats them itself (a single node needs no
+one id. ``--add-scram 'SCRAM-SHA-256=[name=admin,password=admin-secret]'`` adds a SCRAM
+user that exists from the first start (Kafka's way into a cluster with SASL listeners only);
+the password is salted here and only the salted keys are written. ``tidelog serve`` on unformatted dirs formats them itself (a single node needs no
 format step).
 """
 
@@ -13,9 +15,18 @@ import argparse
 import sys
 from typing import Any
 
+from tidelog.cli.configs import parse_scram_configs
+from tidelog.cli.output import UsageError
 from tidelog.metadata.configs import BrokerConfig
 from tidelog.metadata.errors import ConfigError, MetadataError
 from tidelog.metadata.meta_properties import generate_cluster_id
+from tidelog.metadata.records import UserScramCredentialRecord
+from tidelog.metadata.scram import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    credential_from_password,
+    mechanism_by_name,
+)
 from tidelog.metadata.storage_format import format_storage
 from tidelog.runtime.filelock import LockHeldError
 from tidelog.runtime.system import Runtime
@@ -66,7 +77,41 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="leave directories already formatted (with this id) as they are",
     )
+    format_parser.add_argument(
+        "-S",
+        "--add-scram",
+        action="append",
+        default=[],
+        metavar="'SCRAM-SHA-256=[name=USER,password=SECRET]'",
+        help="a SCRAM credential to create at the first start (iterations=N optional; repeatable)",
+    )
     format_parser.set_defaults(run=run_format)
+
+
+def scram_records(items: list[str]) -> list[UserScramCredentialRecord]:
+    """The credential records of ``--add-scram`` items (salted here; never the password)."""
+    records = []
+    for config in parse_scram_configs(items, "--add-scram", with_name=True):
+        mechanism = mechanism_by_name(config.mechanism)
+        assert mechanism is not None  # the parser accepts the two SCRAM mechanisms only
+        if not MIN_ITERATIONS <= config.iterations <= MAX_ITERATIONS:
+            raise UsageError(
+                f"--add-scram {config.mechanism}: iterations must be between "
+                f"{MIN_ITERATIONS} and {MAX_ITERATIONS}"
+            )
+        credential = credential_from_password(mechanism, config.password, config.iterations)
+        assert config.name is not None
+        records.append(
+            UserScramCredentialRecord(
+                config.name,
+                mechanism.type,
+                credential.salt,
+                credential.stored_key,
+                credential.server_key,
+                credential.iterations,
+            )
+        )
+    return records
 
 
 def run_random_uuid(args: argparse.Namespace) -> int:
@@ -77,12 +122,17 @@ def run_random_uuid(args: argparse.Namespace) -> int:
 def run_format(args: argparse.Namespace) -> int:
     try:
         config = BrokerConfig.load(args.config, args.override)
-    except (ConfigError, OSError) as exc:
+        bootstrap = scram_records(args.add_scram)
+    except (ConfigError, OSError, UsageError) as exc:
         print(f"tidelog storage format: {exc}", file=sys.stderr)
         return 2
     try:
         result = format_storage(
-            config, args.cluster_id, Runtime.system(), ignore_formatted=args.ignore_formatted
+            config,
+            args.cluster_id,
+            Runtime.system(),
+            ignore_formatted=args.ignore_formatted,
+            bootstrap=bootstrap,
         )
     except (OSError, LockHeldError, MetadataError) as exc:
         from tidelog.broker.app import failure_line
@@ -99,4 +149,7 @@ def run_format(args: argparse.Namespace) -> int:
         )
     if not result.formatted:
         print("All of the log directories are already formatted.")
+    for record in bootstrap:
+        mechanism = "SCRAM-SHA-256" if record.mechanism == 1 else "SCRAM-SHA-512"
+        print(f"Added {mechanism} credential for user {record.name} (created at first start).")
     return 0

@@ -9,13 +9,16 @@ clock, a seeded random source and a disk that forgets unsynced writes through th
 2. open the metadata log (storage recovery drops a torn tail) and replay it through the
    :class:`~tidelog.metadata.loader.MetadataLoader` (no publisher yet: whoever
    subscribes next starts from the replayed image);
-3. make the :class:`~tidelog.metadata.controller.Controller` and register this node.
+3. make the :class:`~tidelog.metadata.controller.Controller`; on the first start (an
+   empty log) commit the records ``storage format`` left in ``bootstrap.checkpoint``
+   (SCRAM credentials), then register this node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.metadata.bootstrap import read_bootstrap
 from tidelog.metadata.configs import BrokerConfig
 from tidelog.metadata.controller import Controller
 from tidelog.metadata.image import MetadataImage
@@ -56,6 +59,10 @@ def build_metadata_node(config: BrokerConfig, runtime: Runtime) -> MetadataNode:
         loader = MetadataLoader(MetadataImage.empty(cluster_id))
         loader.replay(log.batches())
         controller = Controller(config, log, loader, runtime)
+        if loader.image.offset < 0:
+            bootstrap = read_bootstrap(config.metadata_log_dir)
+            if bootstrap:
+                controller.commit_bootstrap(bootstrap)
         controller.register_local_broker()
     except BaseException:
         log.close()

@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from scramp import ScramClient
 
+from tidelog.metadata.bootstrap import read_bootstrap, write_bootstrap
 from tidelog.metadata.controller.scram import (
     ScramDeletion,
     ScramUpsertion,
     alter_user_scram_credentials,
     describe_user_scram_credentials,
 )
+from tidelog.metadata.errors import MetadataRecordError
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import (
     RemoveUserScramCredentialRecord,
@@ -173,3 +177,23 @@ def test_alter_checks_and_records_only_keys() -> None:
     assert [d.error.code for d in missing] == [ErrorCode.NONE, ErrorCode.RESOURCE_NOT_FOUND]
     removed = _image_with([record, RemoveUserScramCredentialRecord("alice", 1)])
     assert removed.scram_credential("alice", 1) is None
+
+
+def test_bootstrap_file_round_trip_and_damage(tmp_path: Path) -> None:
+    sha512 = mechanism_by_name("SCRAM-SHA-512")
+    assert sha512 is not None
+    credential = credential_from_password(sha512, "admin-secret", 4096)
+    record = UserScramCredentialRecord(
+        "admin", 2, credential.salt, credential.stored_key, credential.server_key, 4096
+    )
+    assert read_bootstrap(tmp_path) == []
+    path = write_bootstrap(tmp_path, [record], timestamp=0, fsync=lambda fd: None)
+    assert read_bootstrap(tmp_path) == [record]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # inside the CRC-covered records
+    path.write_bytes(bytes(data))
+    with pytest.raises(MetadataRecordError):
+        read_bootstrap(tmp_path)
+    write_bootstrap(tmp_path, [RemoveUserScramCredentialRecord("admin", 2)], 0, lambda fd: None)
+    with pytest.raises(MetadataRecordError):
+        read_bootstrap(tmp_path)

@@ -204,6 +204,14 @@ class Controller:
         """Broker registrations' sessions (see :mod:`.cluster`)."""
         return self._cluster
 
+    def commit_bootstrap(self, records: Sequence[MetadataRecord]) -> None:
+        """Commit the records ``storage format`` left for the first start (see
+        :mod:`~tidelog.metadata.bootstrap`), through the one commit path."""
+        with self._lock:
+            error = self._commit(records)
+            if not error.ok:
+                raise MetadataError(f"cannot commit the bootstrap records: {error.message}")
+
     def register_local_broker(self) -> int:
         """Register this node's broker with its advertised listeners and a new incarnation
         id, then heartbeat it once: it has replayed the whole log, so it is caught up and
