@@ -306,10 +306,64 @@ def test_kafka_python_commit_then_abort(broker: BrokerProcess, topic_name: str) 
         producer.close()
     assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
     assert kcat_read_committed(broker, topic_name) == sorted(committed)
+    assert kafka_python_read_committed(broker, topic_name, 2) == sorted(committed)
+
+
+def kafka_python_read_committed(broker: BrokerProcess, topic: str, partitions: int) -> list[str]:
+    """kafka-python's consumer with read_committed, up to the end it sees (the LSO)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    )
+    try:
+        tps = [KTopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        values: list[str] = []
+        deadline = time.monotonic() + TIMEOUT
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"kafka-python stuck before {ends}"
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(r.value.decode() for r in records)
+        return sorted(values)
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_zombie_is_fenced(broker: BrokerProcess, topic_name: str) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    create_topic(broker, topic_name, 1)
+    tid = f"{topic_name}-zombie"
+    zombie = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+    successor = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send(topic_name, b"zombie", partition=0)
+        zombie.flush()
+        successor.init_transactions()
+        successor.begin_transaction()
+        successor.send(topic_name, b"successor", partition=0)
+        successor.commit_transaction()
+        with pytest.raises(KafkaPythonError) as raised:
+            zombie.commit_transaction()
+        assert "Fenced" in type(raised.value).__name__ or "fenced" in str(raised.value).lower()
+    finally:
+        successor.close()
+        zombie.close(timeout=5)
+    assert read_values(broker, topic_name, 1) == ["successor"]
 
 
 def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
-    from aiokafka import AIOKafkaProducer
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AIOTopicPartition
 
     create_topic(broker, topic_name, 2)
     committed, aborted = committed_and_aborted("aio")
@@ -330,9 +384,33 @@ def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> N
         finally:
             await producer.stop()
 
+    async def read_committed() -> list[str]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            tps = [AIOTopicPartition(topic_name, p) for p in range(2)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
+            values: list[str] = []
+            while True:
+                positions = [await consumer.position(tp) for tp in tps]
+                if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
+                    break
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    values.extend(r.value.decode() for r in records)
+            return sorted(values)
+        finally:
+            await consumer.stop()
+
     asyncio.run(asyncio.wait_for(run(), TIMEOUT))
     assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
     assert kcat_read_committed(broker, topic_name) == sorted(committed)
+    assert asyncio.run(asyncio.wait_for(read_committed(), TIMEOUT)) == sorted(committed)
 
 
 # -- the Java client -----------------------------------------------------------------------
