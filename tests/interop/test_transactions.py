@@ -253,7 +253,10 @@ def test_an_open_transaction_past_its_timeout_is_aborted(
     ), raised.value
 
 
-def test_restart_keeps_committed_and_finishes_the_rest(tmp_path: Path, topic_name: str) -> None:
+@pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
+def test_restart_keeps_committed_and_finishes_the_rest(
+    tmp_path: Path, topic_name: str, hard: bool
+) -> None:
     process = BrokerProcess(tmp_path, extra_args=broker_args())
     process.start()
     try:
@@ -266,8 +269,8 @@ def test_restart_keeps_committed_and_finishes_the_rest(tmp_path: Path, topic_nam
         # open across the restart and never finished: aborted once its timeout passes
         abandoned = txn_producer(process, f"{topic_name}-b", **{"transaction.timeout.ms": 3000})
         produce_in_txn(abandoned, topic_name, ["lost-0", "lost-1"], 2)
-        process.stop()
-        process.restart()
+        # every answer the clients got was fsynced first, so SIGKILL loses none of it
+        process.restart(hard=hard)
         producer.commit_transaction(TIMEOUT)
         expected = sorted(["first-0", "first-1", "second-0", "second-1"])
         wait_until(
