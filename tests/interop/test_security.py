@@ -19,7 +19,9 @@ import contextlib
 import gc
 import logging
 import re
+import socket
 import ssl
+import struct
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -583,3 +585,94 @@ def test_storage_format_add_scram_creates_the_first_user(tmp_path: Path) -> None
     finally:
         gc.collect()
         broker.stop()
+
+
+# -- the wire, byte by byte: what no client library lets a test choose ------------------------
+
+
+class RawConnection:
+    """Kafka requests by hand (request header v1, non-flexible versions only)."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT)
+        self.correlation = 0
+
+    def send(self, api_key: int, version: int, body: bytes) -> None:
+        self.correlation += 1
+        client = b"raw"
+        header = struct.pack(">hhih", api_key, version, self.correlation, len(client)) + client
+        self.send_frame(header + body)
+
+    def send_frame(self, payload: bytes) -> None:
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+    def receive(self) -> bytes | None:
+        """One size-prefixed frame, None when the broker closed the connection."""
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        return data[4:]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+SASL_HANDSHAKE, METADATA = 17, 3
+
+
+def test_unframed_sasl_after_handshake_v0(secure: SecureBroker) -> None:
+    """SaslHandshake v0, then the PLAIN token raw (KIP-43's first flow): an empty raw token
+    back, and the connection is then authenticated for ordinary requests."""
+    raw = RawConnection(secure.address("SASL_PLAINTEXT"))
+    try:
+        raw.send(SASL_HANDSHAKE, 0, _string("PLAIN"))
+        answer = raw.receive()
+        assert answer is not None and answer[4:6] == b"\x00\x00", answer  # error_code NONE
+        raw.send_frame(b"\x00alice\x00alice-secret")
+        assert raw.receive() == b""  # PLAIN's empty server token, unframed
+        raw.send(METADATA, 1, struct.pack(">i", 0))  # Metadata v1, no topics
+        answer = raw.receive()
+        assert answer is not None and struct.unpack(">i", answer[:4])[0] == raw.correlation
+    finally:
+        raw.close()
+
+
+def test_unframed_sasl_with_a_wrong_password_closes(secure: SecureBroker) -> None:
+    raw = RawConnection(secure.address("SASL_PLAINTEXT"))
+    try:
+        raw.send(SASL_HANDSHAKE, 0, _string("PLAIN"))
+        assert raw.receive() is not None
+        raw.send_frame(b"\x00alice\x00wrong")
+        assert raw.receive() is None
+    finally:
+        raw.close()
+
+
+def test_a_request_before_authentication_closes_the_connection(secure: SecureBroker) -> None:
+    raw = RawConnection(secure.address("SASL_PLAINTEXT"))
+    try:
+        raw.send(METADATA, 1, struct.pack(">i", 0))
+        assert raw.receive() is None
+    finally:
+        raw.close()
+
+
+def test_unknown_mechanism_gets_the_enabled_list_then_a_close(secure: SecureBroker) -> None:
+    raw = RawConnection(secure.address("SASL_PLAINTEXT"))
+    try:
+        raw.send(SASL_HANDSHAKE, 1, _string("GSSAPI"))
+        answer = raw.receive()
+        assert answer is not None
+        assert struct.unpack(">h", answer[4:6])[0] == 33  # UNSUPPORTED_SASL_MECHANISM
+        assert b"SCRAM-SHA-512" in answer and b"PLAIN" in answer
+        assert raw.receive() is None
+    finally:
+        raw.close()
