@@ -23,8 +23,6 @@ consumer gets every record up to the high watermark.
 
 from __future__ import annotations
 
-import socket
-import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,13 +32,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from interop_broker import BrokerProcess
+from interop_broker import BrokerProcess, send_request
 from interop_data import wait_until
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from test_kcat import KCAT
 
-from tidelog.protocol import ErrorCode, decode_response, encode_request
+from tidelog.protocol import ErrorCode
 from tidelog.records import BatchBuilder
 
 A, B, C = 9001, 9002, 9003
@@ -76,25 +74,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 # -- the wire, by hand (what a transactional producer and a coordinator send) ---------------
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
-
-
 def send(broker: BrokerProcess, request: Any) -> Any:
-    with socket.create_connection((broker.host, broker.port), timeout=10) as sock:
-        sock.sendall(encode_request(request, correlation_id=1, client_id="txn-test"))
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        body = _recv_exactly(sock, size)
-    _, response = decode_response(
-        body, api_key=int(request.__api_key__), api_version=int(request.__version__)
-    )
-    return response
+    return send_request(broker.host, broker.port, request, client_id="txn-test")
 
 
 def produce(broker: BrokerProcess, topic: str, batch: bytes, transactional_id: str | None) -> int:
