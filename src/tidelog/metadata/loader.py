@@ -27,6 +27,7 @@ from tidelog.metadata.errors import MetadataReplayError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.image_records import image_from_snapshot, snapshot_delta
 from tidelog.metadata.log import MetadataBatch
+from tidelog.metadata.records import MetadataRecord
 
 __all__ = ["MetadataLoader", "Publisher"]
 
@@ -54,10 +55,44 @@ class MetadataLoader:
         self._publishers.append(publisher)
 
     def replay(self, batches: Iterable[MetadataBatch]) -> MetadataImage:
-        """Load ``batches`` (a log read at start); the image they lead to."""
+        """Load ``batches`` (a log read at start) as one change; the image they lead to.
+
+        The records of every batch go through one replay and publishers are told once:
+        replay copies each map it changes once in all, where loading batch by batch
+        copies the topic indexes again for every batch that creates a topic (start-up
+        time would grow with topics x batches). The result is the image loading them one
+        by one gives; a batch that does not apply raises MetadataReplayError and leaves
+        the image as it was.
+        """
+        records: list[tuple[int, MetadataRecord]] = []
+        last: MetadataBatch | None = None
         for batch in batches:
-            self.load(batch)
-        return self._image
+            if last is not None:
+                if batch.base_offset <= last.last_offset:
+                    raise MetadataReplayError(
+                        f"batch at offset {batch.base_offset} does not follow offset "
+                        f"{last.last_offset}"
+                    )
+                if batch.epoch < last.epoch:
+                    raise MetadataReplayError(
+                        f"batch of epoch {batch.epoch} at offset {batch.base_offset} "
+                        f"follows the later epoch {last.epoch}"
+                    )
+            if not batch.is_control:
+                records.extend(batch.records)
+            last = batch
+        if last is None:
+            return self._image
+        image, delta = self._image, None
+        if records:
+            image, delta = image.apply(records, epoch=last.epoch)
+        if image.offset < last.last_offset:
+            # The run ends with control batches: they move the offset on, nothing else.
+            image = image.advanced_to(last.last_offset, last.epoch)
+        self._image = image
+        if delta is not None:
+            self._publish(image, delta)
+        return image
 
     def load(self, batch: MetadataBatch) -> MetadataDelta | None:
         """Apply one committed batch and publish it; the delta (None for a control batch).

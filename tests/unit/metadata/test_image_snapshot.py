@@ -22,13 +22,15 @@ from tidelog.metadata.controller import (
 from tidelog.metadata.controller.cluster import HeartbeatRequest, RegistrationRequest
 from tidelog.metadata.controller.scram import ScramDeletion, ScramUpsertion
 from tidelog.metadata.errors import MetadataRecordError, MetadataReplayError
-from tidelog.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from tidelog.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataDelta, MetadataImage
 from tidelog.metadata.image_records import (
     SNAPSHOT_COVERAGE,
     STATED,
     image_from_snapshot,
     snapshot_records,
 )
+from tidelog.metadata.loader import MetadataLoader
+from tidelog.metadata.log import MetadataBatch
 from tidelog.metadata.records import (
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
@@ -404,3 +406,51 @@ def test_a_controller_history_survives_a_snapshot(
         image = controller.image
         assert image.offset > before, "every operation here commits something"
         assert reloaded(image) == image
+
+
+def _history_batches(seed: int, count: int) -> list[MetadataBatch]:
+    """A random history as the loader reads it from the log: metadata batches, with a
+    control batch (leader change) in the gaps the history leaves now and then."""
+    history = RandomHistory(random.Random(seed))
+    bootstrap = FeatureLevelRecord("metadata.version", 1)
+    batches = [MetadataBatch(0, 0, 0, ((0, bootstrap),))]
+    history.offset = 1
+    for epoch, entries in history.batches(count):
+        first = entries[0][0]
+        if first > batches[-1].last_offset + 1:
+            gap = batches[-1].last_offset + 1
+            batches.append(MetadataBatch(gap, gap, epoch, (), is_control=True))
+        batches.append(MetadataBatch(first, entries[-1][0], epoch, tuple(entries)))
+    if random.Random(seed).random() < 0.5:
+        end = batches[-1].last_offset + 1
+        batches.append(MetadataBatch(end, end, batches[-1].epoch, (), is_control=True))
+    return batches
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60))
+def test_replay_as_one_change_equals_loading_batch_by_batch(seed: int, count: int) -> None:
+    batches = _history_batches(seed, count)
+    one_by_one = MetadataLoader(MetadataImage.empty("cluster-x"))
+    for batch in batches:
+        one_by_one.load(batch)
+    at_once = MetadataLoader(MetadataImage.empty("cluster-x"))
+    told: list[MetadataDelta] = []
+    at_once.add_publisher(lambda image, delta: told.append(delta))
+    assert at_once.replay(batches) == one_by_one.image
+    assert at_once.image.offset == batches[-1].last_offset
+    assert len(told) == 1
+
+
+def test_replay_refuses_batches_out_of_order_and_keeps_the_image() -> None:
+    batches = _history_batches(7, 10)
+    loader = MetadataLoader(MetadataImage.empty("cluster-x"))
+    before = loader.image
+    swapped = [batches[0], batches[2], batches[1], *batches[3:]]
+    with pytest.raises(MetadataReplayError, match="does not follow"):
+        loader.replay(swapped)
+    assert loader.image is before
+    later = dataclasses.replace(batches[1], epoch=batches[1].epoch + 5)
+    with pytest.raises(MetadataReplayError, match="follows the later epoch"):
+        loader.replay([batches[0], later, batches[2]])
+    assert loader.image is before
