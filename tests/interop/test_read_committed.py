@@ -1,4 +1,5 @@
-"""read_committed against a real `tidelog serve`: confluent-kafka, kafka-python, aiokafka, kcat.
+"""read_committed against a real `tidelog serve`: confluent-kafka, kafka-python, aiokafka,
+kcat and the Java client.
 
 The transaction coordinator is not part of these tests: transactional batches (built with
 the project's BatchBuilder) go in with Produce, and the test ends their transactions with
@@ -367,3 +368,21 @@ def test_aiokafka_read_committed_stops_at_the_lso_then_follows_the_commit(
             await consumer.stop()
 
     assert asyncio.run(scenario()) == COMMITTED_ALL
+
+
+def test_java_client_read_committed_skips_the_aborted_transaction(
+    broker: BrokerProcess, topic: str, java: Any
+) -> None:
+    """The Java consumer with isolation.level=read_committed: the aborted records are
+    dropped, and the open transaction's records come only once it commits."""
+    options: dict[str, Any] = {
+        "partitions": [0],
+        "offsets": {0: 0},
+        "configs": {"isolation.level": "read_committed"},
+    }
+    first = java.consume(topic, max_records=len(COMMITTED_PREFIX), **options)
+    assert [got.value for got in first] == COMMITTED_PREFIX
+    assert [got.offset for got in first] == [0, 1, 4, 5]
+    end_transaction(broker, topic, C, commit=True)
+    everything = java.consume(topic, max_records=len(COMMITTED_ALL), **options)
+    assert [got.value for got in everything] == COMMITTED_ALL
