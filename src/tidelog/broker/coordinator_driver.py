@@ -112,8 +112,10 @@ def read_latest_records(
     Blocking: run it in a worker thread."""
     log = partition.log
     name = f"{partition.topic}-{partition.index}"
-    latest: dict[bytes, bytes | None] = {}
-    pending: dict[int, dict[bytes, bytes | None]] = {}
+    # key -> (offset, value): the offset decides between a regular record and a
+    # transaction's record of the same key, as Kafka decides (the later one in the log wins)
+    latest: dict[bytes, tuple[int, bytes | None]] = {}
+    pending: dict[int, dict[bytes, tuple[int, bytes | None]]] = {}
     dropped = 0
     offset = log.log_start_offset
     end = log.log_end_offset
@@ -140,7 +142,9 @@ def read_latest_records(
                     done = pending.pop(header.producer_id, None)
                     key = bytes(records[0].key or b"") if records else b""
                     if done and len(key) >= 4 and _CONTROL_KEY.unpack_from(key)[1] == _COMMIT:
-                        latest.update(done)
+                        for k, (at, v) in done.items():
+                            if k not in latest or latest[k][0] < at:
+                                latest[k] = (at, v)
                     continue
                 target = (
                     pending.setdefault(header.producer_id, {})
@@ -152,7 +156,8 @@ def read_latest_records(
                         dropped += 1
                         continue
                     target[bytes(record.key)] = (
-                        None if record.value is None else bytes(record.value)
+                        record.offset,
+                        None if record.value is None else bytes(record.value),
                     )
         except RecordsError:
             # A batch cut by the read size: read again from the first batch not seen.
@@ -173,8 +178,14 @@ def read_latest_records(
         return out
 
     # A tombstone removes its key and nothing older is left to remove: leave it out.
-    committed = kept({k: v for k, v in latest.items() if v is not None})
-    return LoadedRecords(committed, dropped, {pid: kept(recs) for pid, recs in pending.items()})
+    committed = kept({k: v for k, (_, v) in latest.items() if v is not None})
+    # An open transaction's record that a later regular record of its key supersedes can
+    # never win, whatever the marker says.
+    still_open = {
+        pid: kept({k: v for k, (at, v) in recs.items() if k not in latest or latest[k][0] < at})
+        for pid, recs in pending.items()
+    }
+    return LoadedRecords(committed, dropped, {pid: r for pid, r in still_open.items() if r})
 
 
 class DurableAppender:

@@ -1116,6 +1116,8 @@ class GroupCoordinator:
                 group.pending_commits.remove(pending)
             if error is E.NONE:
                 if self._groups.get(group.group_id) is group and not group.deleted:
+                    for o in pending.offsets.values():
+                        o.appended_at = write_id
                     group.offsets.update(pending.offsets)
                 out.complete(token, result(E.NONE))
             else:
@@ -1123,7 +1125,7 @@ class GroupCoordinator:
                 self._maybe_drop_unused(group)
             return out
 
-        self._write(effects, group.partition, records, done)
+        write_id = self._write(effects, group.partition, records, done)
         return effects
 
     def _accept_offsets(
@@ -1207,6 +1209,8 @@ class GroupCoordinator:
             out = Effects()
             if error is E.NONE:
                 if self._groups.get(group.group_id) is group:
+                    for o in accepted.values():
+                        o.appended_at = write_id
                     group.pending_txn_offsets.setdefault(req.producer_id, {}).update(accepted)
                 out.complete(token, result(E.NONE))
             else:
@@ -1215,7 +1219,7 @@ class GroupCoordinator:
             return out
 
         # the batch is the producer's: its transaction's marker decides the records' fate
-        self._write(
+        write_id = self._write(
             effects,
             group.partition,
             records,
@@ -1228,7 +1232,8 @@ class GroupCoordinator:
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         """A COMMIT or ABORT marker of ``producer_id`` was written to ``partition`` of
         ``__consumer_offsets``: its pending transactional offsets there are committed or
-        dropped."""
+        dropped. A committed one does not replace an offset that a regular commit appended
+        after it (Kafka compares where the two records sit in the log)."""
         for group in list(self._groups.values()):
             if group.partition != partition:
                 continue
@@ -1236,7 +1241,11 @@ class GroupCoordinator:
             if offsets is None:
                 continue
             if commit:
-                group.offsets.update(offsets)
+                for tp, o in offsets.items():
+                    # a regular commit appended after the transaction's record wins (Kafka)
+                    current = group.offsets.get(tp)
+                    if current is None or current.appended_at <= o.appended_at:
+                        group.offsets[tp] = o
             else:
                 self._maybe_drop_unused(group)
 

@@ -42,6 +42,10 @@ class OffsetAndMetadata:
     commit_timestamp: int
     #: -1 unless the commit asked for its own retention (OffsetCommit v2-v4)
     expire_timestamp: int = -1
+    #: where its record sits in the partition (the coordinator's write order, which is the
+    #: log's within a partition; -1: loaded): a transaction's offsets replace a regular
+    #: commit only if they were appended after it, as Kafka compares batch offsets
+    appended_at: int = -1
 
 
 @dataclass(slots=True)

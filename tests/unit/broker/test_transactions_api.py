@@ -23,7 +23,7 @@ from tidelog.protocol import ApiKey, ErrorCode
 
 from .admin_fixtures import schema
 from .conftest import FakeClock, make_batch, produce_request, stored_batches
-from .test_groups import call, fetch_request, ms32
+from .test_groups import call, commit_request, fetch_request, ms32
 from .test_groups_restart import open_broker
 
 E = ErrorCode
@@ -455,3 +455,58 @@ def test_a_delayed_produce_cannot_join_the_next_transaction(
         asyncio.run(scenario())
     finally:
         close()
+
+
+async def regular_commit(broker: Broker, offset: int) -> ErrorCode:
+    answer = await call(broker, ApiKey.OFFSET_COMMIT, 8, commit_request(8, "g", {("t", 0): offset}))
+    return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+
+def test_a_later_regular_commit_wins_over_a_transactions_offset(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Kafka keeps whichever of a transactional and a regular offset record of a partition
+    comes later in __consumer_offsets, live and after a restart."""
+    broker, close = open_broker(tmp_path, clock)
+    ids: dict[str, int] = {}
+
+    async def before() -> None:
+        async with running(broker):
+            r = await init(broker, "tx")
+            pid, epoch = int(r.producer_id), int(r.producer_epoch)
+            ids.update(pid=pid, epoch=epoch)
+            # regular then transactional: the transaction's offset is later, it wins
+            assert await regular_commit(broker, 3) == E.NONE
+            assert await add_offsets(broker, pid, epoch) == E.NONE
+            assert await send_offsets(broker, 3, pid, epoch, 5) == E.NONE
+            assert (await end(broker, 1, "tx", pid, epoch, True)).error_code == E.NONE
+            await settle()
+            assert await committed_offset(broker) == (5, E.NONE)
+            # transactional then regular: the regular one is later, it wins
+            assert await add_offsets(broker, pid, epoch) == E.NONE
+            assert await send_offsets(broker, 3, pid, epoch, 6) == E.NONE
+            assert await regular_commit(broker, 7) == E.NONE
+            assert (await end(broker, 1, "tx", pid, epoch, True)).error_code == E.NONE
+            await settle()
+            assert await committed_offset(broker) == (7, E.NONE)
+            # the same across a restart, the marker written after it
+            assert await add_offsets(broker, pid, epoch) == E.NONE
+            assert await send_offsets(broker, 3, pid, epoch, 8) == E.NONE
+            assert await regular_commit(broker, 9) == E.NONE
+
+    async def after() -> None:
+        async with running(broker2):
+            pid, epoch = ids["pid"], ids["epoch"]
+            assert (await end(broker2, 1, "tx", pid, epoch, True)).error_code == E.NONE
+            await settle()
+            assert await committed_offset(broker2, require_stable=True) == (9, E.NONE)
+
+    try:
+        asyncio.run(before())
+    finally:
+        close()
+    broker2, close2 = open_broker(tmp_path, clock)
+    try:
+        asyncio.run(after())
+    finally:
+        close2()
