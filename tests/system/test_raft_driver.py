@@ -21,10 +21,11 @@ import pytest
 from tidelog.broker.broker import Broker
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.partitions import Partitions
-from tidelog.broker.raft_driver import NotLeaderError, RaftDriver, parse_quorum_voters
+from tidelog.broker.raft_driver import NotLeaderError, RaftDriver
 from tidelog.broker.reply import Handler
 from tidelog.broker.server import BrokerServer
 from tidelog.client.connection import Connection as ClientConnection
+from tidelog.metadata.configs import parse_quorum_voters
 from tidelog.metadata.errors import ConfigError
 from tidelog.metadata.quorum_state import FileQuorumStateStore
 from tidelog.metadata.raft import Entry, OffsetAndEpoch, RaftConfig, Role

@@ -50,7 +50,7 @@ from kio.static.protocol import RequestPayload, ResponsePayload
 from tidelog.broker.reply import Deferred, Handler
 from tidelog.client.connection import Connection as ClientConnection
 from tidelog.client.errors import ClientError
-from tidelog.metadata.errors import ConfigError
+from tidelog.metadata.configs import BrokerConfig
 from tidelog.metadata.raft import (
     Effects,
     Entry,
@@ -108,33 +108,6 @@ class NotLeaderError(Exception):
         super().__init__(f"node is not the quorum leader in epoch {epoch}; {where}")
         self.leader_id = leader_id
         self.epoch = epoch
-
-
-def parse_quorum_voters(value: str | Sequence[str]) -> dict[int, tuple[str, int]]:
-    """``controller.quorum.voters`` (``id@host:port`` entries) as {node id: (host, port)}.
-
-    :raises ConfigError: an entry that is not ``id@host:port``, or an id given twice.
-    """
-    items = value.split(",") if isinstance(value, str) else list(value)
-    voters: dict[int, tuple[str, int]] = {}
-    shown = ",".join(items)
-    for raw in items:
-        item = raw.strip()
-        if not item:
-            continue
-        node, at, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        host = host.strip("[]")
-        if not (at and colon and host and node.isdigit() and port.isdigit()):
-            raise ConfigError("controller.quorum.voters", shown, f"{item!r} is not id@host:port")
-        if int(node) in voters:
-            raise ConfigError("controller.quorum.voters", shown, f"voter {node} is listed twice")
-        if not 0 < int(port) < 65536:
-            raise ConfigError("controller.quorum.voters", shown, f"{item!r} has no valid port")
-        voters[int(node)] = (host, int(port))
-    if not voters:
-        raise ConfigError("controller.quorum.voters", shown, "no voter is listed")
-    return voters
 
 
 @dataclass
@@ -234,6 +207,21 @@ class RaftDriver:
         self._replicas: dict[int, _ReplicaFetches] = {}
         self._replicas_epoch = -1
         self._closed = False
+
+    @classmethod
+    def from_config(
+        cls, config: BrokerConfig, *, cluster_id: str, log: RaftLog, store: QuorumStateStore
+    ) -> RaftDriver:
+        """The driver of the node ``config`` describes: ``node.id``, the voters of
+        ``controller.quorum.voters`` and the ``controller.quorum.*.ms`` timers."""
+        return cls(
+            node_id=config.node_id,
+            voters=config.quorum_voters,
+            cluster_id=cluster_id,
+            log=log,
+            store=store,
+            config=config.raft_config,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

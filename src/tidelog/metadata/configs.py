@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 from tidelog.metadata import kafka_config_names as kafka_names
 from tidelog.metadata.errors import ApiError
+from tidelog.metadata.raft.config import RaftConfig
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.runtime.http_endpoints import parse_http_listener
 from tidelog.runtime.logs import LOG_FORMATS
@@ -451,7 +452,8 @@ def _broker_defs() -> list[ConfigDef]:
             "process.roles",
             _LI,
             ("broker", "controller"),
-            "Roles of this process; a single node is both broker and controller.",
+            "Roles of this process; only combined broker,controller nodes are supported "
+            "(broker-only and controller-only nodes are refused at start).",
             each_of("broker", "controller"),
         ),
         d(
@@ -480,7 +482,45 @@ def _broker_defs() -> list[ConfigDef]:
             "controller.quorum.voters",
             _LI,
             None,
-            "Voters of the metadata quorum (informational: the quorum is this node alone).",
+            "Voters of the metadata quorum, id@host:port of each one's controller listener. "
+            "Unset: this node is a quorum of one. Set: the node is a voter of that quorum "
+            "(it must be listed) and its controller commits through Raft.",
+        ),
+        d(
+            "controller.quorum.election.timeout.ms",
+            _I,
+            1000,
+            "An election lasts a random time between this and twice this.",
+            at_least(1),
+        ),
+        d(
+            "controller.quorum.fetch.timeout.ms",
+            _I,
+            2000,
+            "A voter that has not heard from its leader for this long starts an election; a "
+            "leader no majority has fetched from for 1.5 times this long steps down.",
+            at_least(1),
+        ),
+        d(
+            "controller.quorum.election.backoff.max.ms",
+            _I,
+            1000,
+            "Cap of the randomised exponential back-off between failed elections.",
+            at_least(1),
+        ),
+        d(
+            "controller.quorum.request.timeout.ms",
+            _I,
+            2000,
+            "A quorum request without an answer for this long is given up and sent again.",
+            at_least(1),
+        ),
+        d(
+            "controller.quorum.retry.backoff.ms",
+            _I,
+            20,
+            "Pause before a failed quorum request is sent again.",
+            at_least(1),
         ),
         d(
             "socket.request.max.bytes",
@@ -1174,7 +1214,6 @@ def _topic_defs() -> list[TopicConfigDef]:
 # nothing reads them, or only to shape something that is never used).
 _NO_EFFECT = {
     "inter.broker.listener.name": "a single node has no inter-broker traffic",
-    "controller.quorum.voters": "the metadata quorum is this node alone",
     "socket.send.buffer.bytes": "sockets keep the operating system's defaults",
     "socket.receive.buffer.bytes": "sockets keep the operating system's defaults",
     "num.network.threads": "the broker runs on one event loop",
@@ -1496,6 +1535,7 @@ class BrokerConfig:
 
     def _check_consistency(self) -> None:
         self._check_listener_names()
+        self._check_quorum()
         low, high = (
             self.get_int("group.min.session.timeout.ms"),
             self.get_int("group.max.session.timeout.ms"),
@@ -1621,6 +1661,65 @@ class BrokerConfig:
     @property
     def controller_listener_names(self) -> tuple[str, ...]:
         return tuple(name.upper() for name in self._list("controller.listener.names"))
+
+    @property
+    def process_roles(self) -> tuple[str, ...]:
+        return tuple(role.lower() for role in self._list("process.roles"))
+
+    @property
+    def quorum_voters(self) -> dict[int, tuple[str, int]]:
+        """``controller.quorum.voters`` as {node id: (host, port)}; empty when unset (a
+        single node, its own quorum of one)."""
+        items = self._list("controller.quorum.voters")
+        return parse_quorum_voters(items) if items else {}
+
+    @property
+    def quorum_mode(self) -> bool:
+        """Whether this node is a voter of a metadata quorum of several nodes (set
+        ``controller.quorum.voters``) rather than a single node."""
+        return bool(self._list("controller.quorum.voters"))
+
+    @property
+    def raft_config(self) -> RaftConfig:
+        """The quorum's timers (``controller.quorum.*.ms``)."""
+        request_timeout = self.get_int("controller.quorum.request.timeout.ms")
+        return RaftConfig(
+            election_timeout_ms=self.get_int("controller.quorum.election.timeout.ms"),
+            fetch_timeout_ms=self.get_int("controller.quorum.fetch.timeout.ms"),
+            election_backoff_max_ms=self.get_int("controller.quorum.election.backoff.max.ms"),
+            request_timeout_ms=request_timeout,
+            retry_backoff_ms=self.get_int("controller.quorum.retry.backoff.ms"),
+            # A held Fetch is answered well before the follower gives up on it.
+            fetch_max_wait_ms=min(500, request_timeout // 2),
+        )
+
+    def _check_quorum(self) -> None:
+        """A quorum configuration that can run, as Kafka checks at start; one line each."""
+        roles = self.process_roles
+        if set(roles) != {"broker", "controller"}:
+            raise ConfigError(
+                "process.roles",
+                ",".join(roles),
+                "broker-only and controller-only nodes are not supported yet; "
+                "use broker,controller",
+            )
+        items = self._list("controller.quorum.voters")
+        if not items:
+            return
+        voters = parse_quorum_voters(items)
+        if self.node_id not in voters:
+            raise ConfigError(
+                "controller.quorum.voters",
+                ",".join(items),
+                f"node.id {self.node_id} is not among the voters; a controller must be one",
+            )
+        if not self.controller_listener_names:
+            raise ConfigError(
+                "controller.listener.names",
+                "",
+                "a node of a quorum needs a controller listener (in listeners) for the "
+                "other voters to reach",
+            )
 
     @property
     def advertised_listeners(self) -> list[Endpoint]:
@@ -1904,6 +2003,33 @@ def topic_log_config_lenient(values: Mapping[str, str | int]) -> LogConfig:
 
 
 # -- validation --------------------------------------------------------------------------
+
+
+def parse_quorum_voters(value: str | Sequence[str]) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.voters`` (``id@host:port`` entries) as {node id: (host, port)}.
+
+    :raises ConfigError: an entry that is not ``id@host:port``, or an id given twice.
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    voters: dict[int, tuple[str, int]] = {}
+    shown = ",".join(items)
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        node, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        host = host.strip("[]")
+        if not (at and colon and host and node.isdigit() and port.isdigit()):
+            raise ConfigError("controller.quorum.voters", shown, f"{item!r} is not id@host:port")
+        if int(node) in voters:
+            raise ConfigError("controller.quorum.voters", shown, f"voter {node} is listed twice")
+        if not 0 < int(port) < 65536:
+            raise ConfigError("controller.quorum.voters", shown, f"{item!r} has no valid port")
+        voters[int(node)] = (host, int(port))
+    if not voters:
+        raise ConfigError("controller.quorum.voters", shown, "no voter is listed")
+    return voters
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> ApiError | None:

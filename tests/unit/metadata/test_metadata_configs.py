@@ -306,6 +306,58 @@ def test_bad_values_raise_one_line_error(key: str, value: str, reason: str) -> N
     assert reason in message
 
 
+_QUORUM_NODE = {
+    "node.id": "2",
+    "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "controller.listener.names": "CONTROLLER",
+    "controller.quorum.voters": "1@127.0.0.1:9193,2@127.0.0.1:9093,3@127.0.0.1:9293",
+}
+
+
+def test_a_quorum_node_configuration() -> None:
+    config = BrokerConfig({**_QUORUM_NODE, "controller.quorum.election.timeout.ms": "300"})
+    assert config.quorum_mode
+    assert config.quorum_voters == {
+        1: ("127.0.0.1", 9193),
+        2: ("127.0.0.1", 9093),
+        3: ("127.0.0.1", 9293),
+    }
+    assert config.raft_config.election_timeout_ms == 300
+    assert config.raft_config.fetch_timeout_ms == 2000
+    single = BrokerConfig({})
+    assert not single.quorum_mode and single.quorum_voters == {}
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "reason"),
+    [
+        ({"node.id": "4"}, "controller.quorum.voters", "node.id 4 is not among the voters"),
+        (
+            {"controller.quorum.voters": "1@h:1,2@h:2,1@h:3"},
+            "controller.quorum.voters",
+            "voter 1 is listed twice",
+        ),
+        ({"controller.quorum.voters": "1@h,2@h:2"}, "controller.quorum.voters", "id@host:port"),
+        (
+            {"controller.listener.names": "", "listeners": "PLAINTEXT://127.0.0.1:9092"},
+            "controller.listener.names",
+            "needs a controller listener",
+        ),
+        ({"process.roles": "broker"}, "process.roles", "broker-only and controller-only"),
+        ({"process.roles": "controller"}, "process.roles", "not supported yet"),
+    ],
+)
+def test_a_quorum_configuration_that_cannot_run_is_refused(
+    changes: dict[str, str], key: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig({**_QUORUM_NODE, **changes})
+    message = str(info.value)
+    assert "\n" not in message
+    assert key in message and reason in message
+
+
 def test_session_timeouts_must_be_ordered() -> None:
     with pytest.raises(ConfigError, match=r"group\.min\.session\.timeout\.ms"):
         BrokerConfig({"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"})

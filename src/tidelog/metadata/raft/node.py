@@ -743,11 +743,27 @@ class RaftNode:
                 ),
             )
             return
+        if not self._is_boundary(request.fetch_offset):
+            # The epochs agree but the replica's log ends inside one of this log's entries:
+            # its copy of that operation is partial (or was never this one). Like any other
+            # divergence, it cuts its log back to where the entry starts and fetches the
+            # whole entry again; an operation is never half on a replica.
+            self._parked.pop(replica, None)
+            start = self._log.entry_start(request.fetch_offset)
+            self._reply(
+                effects,
+                envelope,
+                FetchResponse(
+                    ErrorCode.NONE,
+                    self.node_id,
+                    self.epoch,
+                    self.high_watermark,
+                    self._log.start_offset(),
+                    diverging_epoch=OffsetAndEpoch(start, request.last_fetched_epoch),
+                ),
+            )
+            return
         # The position checked out: the replica's log is a prefix of this one up to there.
-        assert self._is_boundary(request.fetch_offset), (
-            f"node {self.node_id}: replica {replica} fetches from {request.fetch_offset}, "
-            f"inside the entry from {self._log.entry_start(request.fetch_offset)}"
-        )
         if replica in self.voters:
             self._replica_end[replica] = request.fetch_offset
             self._update_leader_high_watermark(now, effects)

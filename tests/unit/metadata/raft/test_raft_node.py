@@ -465,3 +465,25 @@ def test_a_diverging_epoch_inside_an_entry_truncates_the_whole_entry() -> None:
     answer = FetchResponse(ErrorCode.NONE, 1, 3, 0, 0, diverging_epoch=OffsetAndEpoch(2, 2))
     follower.step(Envelope(1, 2, fetch.correlation_id, answer), cluster.now)
     assert log.entries() == [Entry(0, 1, (b"a",))]
+
+
+def test_a_fetch_from_inside_an_entry_is_told_to_cut_back_to_the_entry_start() -> None:
+    cluster = Cluster([1, 2, 3])
+    cluster.elect(1)
+    leader = cluster.nodes[1]
+    result = leader.propose([b"x", b"y", b"z"], cluster.now)
+    cluster.tick(1)
+    cluster.deliver()
+    entry_start = result.base_offset
+    assert leader.log.entry_start(entry_start + 1) == entry_start
+    # A replica whose log ends in the middle of that entry (a torn or foreign copy).
+    inside = FetchRequest(2, leader.epoch, entry_start + 1, leader.epoch, 1 << 20, 0)
+    (answer,) = leader.step(Envelope(2, 1, 77, inside), cluster.now).messages
+    assert isinstance(answer.message, FetchResponse)
+    assert answer.message.error is ErrorCode.NONE
+    assert answer.message.records == ()
+    assert answer.message.diverging_epoch == OffsetAndEpoch(entry_start, leader.epoch)
+    # The leader is unchanged: still leading, the entry committed and whole.
+    assert leader.role is Role.LEADER
+    assert leader.high_watermark == result.last_offset + 1
+    assert cluster.logs[1].entry_start(result.last_offset) == entry_start
