@@ -45,7 +45,7 @@ class OffsetAndMetadata:
     #: where its record sits in the partition (the coordinator's write order, which is the
     #: log's within a partition; -1: loaded): a transaction's offsets replace a regular
     #: commit only if they were appended after it, as Kafka compares batch offsets
-    appended_at: int = -1
+    appended_at: int = field(default=-1, compare=False)
 
 
 @dataclass(slots=True)
