@@ -47,13 +47,15 @@ transaction whose marker is not yet below the high watermark, stay as written). 
 aborted transactions (a transactional batch of producer P inside an aborted transaction of
 P that the ``.txnindex`` files list) are removed as Kafka removes them, records and all,
 except that the last data batch of a producer stays as a bare header (its sequence numbers,
-as for other batches). Kept whole, never compacted: control batches (every marker, also
-the ones Kafka removes once ``delete.retention.ms`` passed and no data of their
-transaction is left, which costs only space) and committed transactional batches, whose
-records neither enter the offset map nor are dropped (the cleaner never drops a record it
-cannot prove superseded; Kafka deduplicates them). The ``.txnindex`` entries of replaced
-segments are copied into the cleaned one, markers included, so read_committed consumers
-skip whatever aborted data a pass has not removed yet. Keyless records, which only a
+as for other batches). A COMMIT or ABORT marker whose transaction has no batch left goes
+as Kafka's does: the first pass that finds it so writes a delete horizon (``now +
+delete.retention.ms``) into it, a pass after the horizon removes it, and its ``.txnindex``
+entry with it. Kept whole, never compacted: other control batches, markers of
+transactions with batches left, and committed transactional batches, whose records
+neither enter the offset map nor are dropped (the cleaner never drops a record it cannot
+prove superseded; Kafka deduplicates them). The other ``.txnindex`` entries of replaced
+segments are copied into the cleaned one, so read_committed consumers skip whatever
+aborted data a pass has not removed yet. Keyless records, which only a
 follower or a policy change can bring into a compacted log, are dropped, as Kafka does.
 
 Time is ``now_ms`` only; the cleaner runs no thread. Memory: the offset map (budgeted),
@@ -73,6 +75,7 @@ from pathlib import Path
 
 from tidelog.records.batch import BatchHeader, peek_batch_size, validate_batch
 from tidelog.records.builder import BatchBuilder, build_empty_batch
+from tidelog.records.control import parse_end_txn_marker
 from tidelog.records.errors import RecordsError, TruncatedBatchError
 from tidelog.records.reader import iter_records
 from tidelog.storage.checkpoint import (
@@ -541,12 +544,12 @@ class Cleaner:
             return True
         segments = everything[:count]
         producers = self._producer_last_batches(log)
-        aborted = AbortedRanges(log.collect_aborted_txns(segments[0].base_offset, map_end))
+        txns = TxnCleaning(log.collect_aborted_txns(segments[0].base_offset, map_end))
         for group in self._groups(log, segments, everything[count].base_offset):
             if sum(segment.size for segment in group) == 0:
                 continue
             if not self._clean_group(
-                log, group, offset_map, map_end, now_ms, producers, aborted, stats
+                log, group, offset_map, map_end, now_ms, producers, txns, stats
             ):
                 return False
         return True
@@ -559,7 +562,7 @@ class Cleaner:
         map_end: int,
         now_ms: int,
         producers: dict[int, int],
-        aborted: AbortedRanges,
+        txns: TxnCleaning,
         stats: _Stats,
     ) -> bool:
         horizon_ms = now_ms + log.config.delete_retention_ms
@@ -585,7 +588,7 @@ class Cleaner:
                             now_ms,
                             horizon_ms,
                             producers,
-                            aborted,
+                            txns,
                             last_of_group,
                             group_stats,
                         )
@@ -614,9 +617,14 @@ class Cleaner:
                 if group_stats.next_horizon is not None:
                     stats.horizon(group_stats.next_horizon)
                 return True
-            # Every marker survives cleaning, so every aborted transaction stays indexed.
+            # An aborted transaction stays indexed as long as its marker is in the log.
             cleaned.txn_index.write_entries(
-                [entry for segment in group for entry in segment.txn_index.entries]
+                [
+                    entry
+                    for segment in group
+                    for entry in segment.txn_index.entries
+                    if entry.last_offset not in txns.dropped_markers
+                ]
             )
             log.replace_segments(cleaned, group)
         except (CorruptSegmentError, RecordsError):
@@ -653,22 +661,29 @@ class Cleaner:
         now_ms: int,
         horizon_ms: int,
         producers: dict[int, int],
-        aborted: AbortedRanges,
+        txns: TxnCleaning,
         last_of_group: bool,
         stats: _Stats,
     ) -> tuple[bytes | None, int]:
         """What to write for one batch: ``data`` itself (copy unchanged), new bytes, or
         None (drop); and how many records that holds."""
-        if header.base_offset >= map_end or header.is_control:
+        if header.base_offset >= map_end:
             return data, header.record_count
-        if header.is_transactional and not aborted.holds(header.producer_id, header.base_offset):
+        if header.is_control:
+            return self._retain_marker(
+                data, position, header, txns, now_ms, horizon_ms, last_of_group, stats
+            )
+        pid = header.producer_id
+        if header.is_transactional and not txns.aborted(pid, header.base_offset):
+            txns.retained.add(pid)
             return data, header.record_count
-        needed_empty = last_of_group or producers.get(header.producer_id) == header.last_offset
+        needed_empty = last_of_group or producers.get(pid) == header.last_offset
         if header.is_transactional:
             # Aborted: no record of it may ever be read (only its sequence numbers count).
-            if header.record_count and needed_empty:
-                return self._empty(header), 0
-            return (data if needed_empty else None), 0
+            if not needed_empty:
+                return None, 0
+            txns.retained.add(pid)  # its marker must stay to end it on replay
+            return (self._empty(header) if header.record_count else data), 0
         if header.record_count == 0:
             # Left empty by an earlier pass: it goes once nothing needs it any more.
             return (data if needed_empty else None), 0
@@ -720,6 +735,59 @@ class Cleaner:
         return builder.close(), len(kept)
 
     @staticmethod
+    def _retain_marker(
+        data: bytes,
+        position: int,
+        header: BatchHeader,
+        txns: TxnCleaning,
+        now_ms: int,
+        horizon_ms: int,
+        last_of_group: bool,
+        stats: _Stats,
+    ) -> tuple[bytes | None, int]:
+        """A control batch: a transaction marker whose transaction has no batch left in
+        the log goes once ``delete.retention.ms`` passed (Kafka's rule: the first pass that
+        finds it so writes a delete horizon into it, a pass after the horizon drops it);
+        every other control batch stays."""
+        records = list(iter_records(data, position, header=header))
+        try:
+            marker = parse_end_txn_marker(records[0].key, records[0].value) if records else None
+        except RecordsError:
+            marker = None  # leader change and KRaft control records are not ours to drop
+        pid = header.producer_id
+        if marker is None or pid in txns.retained:
+            txns.retained.discard(pid)
+            return data, header.record_count
+        if header.has_delete_horizon:
+            if now_ms >= header.base_timestamp and not last_of_group:
+                txns.dropped_markers.add(header.base_offset)
+                return None, 0
+            stats.horizon(header.base_timestamp)
+            return data, header.record_count
+        stats.horizon(horizon_ms)
+        builder = BatchBuilder(
+            base_offset=header.base_offset,
+            partition_leader_epoch=header.partition_leader_epoch,
+            producer_id=pid,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            transactional=True,
+            control=True,
+            log_append_time=header.max_timestamp if header.is_log_append_time else None,
+            last_offset_delta=header.last_offset_delta,
+            delete_horizon_ms=horizon_ms,
+        )
+        for record in records:
+            builder.append(
+                record.key,
+                record.value,
+                record.headers,
+                timestamp=record.timestamp,
+                offset_delta=record.offset - header.base_offset,
+            )
+        return builder.close(), len(records)
+
+    @staticmethod
     def _empty(header: BatchHeader) -> bytes:
         """The batch as a bare header with no record (producer fields kept)."""
         return build_empty_batch(
@@ -734,20 +802,28 @@ class Cleaner:
         )
 
 
-class AbortedRanges:
-    """The aborted transactions of a log as offset ranges per producer: a transactional
+class TxnCleaning:
+    """What one pass knows about transactions, batch by batch in offset order.
+
+    The aborted transactions of the log as offset ranges per producer: a transactional
     batch of producer P at offset o is aborted when an aborted transaction of P started at
-    or before o and its ABORT marker came after o (a producer has one transaction open
-    at a time, so that transaction is the batch's)."""
+    or before o and its ABORT marker came after o (a producer has one transaction open at
+    a time, so that transaction is the batch's). ``retained``: producers whose current
+    transaction still has a batch in the cleaned log (its marker must stay). ``dropped_
+    markers``: offsets of the markers this pass removed (their index entries go too: a
+    consumer told of an aborted transaction drops its producer's batches until the
+    marker)."""
 
     def __init__(self, entries: Iterable[AbortedTxn]) -> None:
+        self.retained: set[int] = set()
+        self.dropped_markers: set[int] = set()
         ranges: dict[int, list[tuple[int, int]]] = {}
         for entry in entries:
             ranges.setdefault(entry.producer_id, []).append((entry.first_offset, entry.last_offset))
         self._firsts = {pid: [first for first, _ in sorted(r)] for pid, r in ranges.items()}
         self._lasts = {pid: [last for _, last in sorted(r)] for pid, r in ranges.items()}
 
-    def holds(self, producer_id: int, offset: int) -> bool:
+    def aborted(self, producer_id: int, offset: int) -> bool:
         firsts = self._firsts.get(producer_id)
         if firsts is None:
             return False

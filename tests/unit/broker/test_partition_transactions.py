@@ -571,3 +571,46 @@ def test_write_txn_markers_settles_transactional_offsets_of_consumer_offsets(
     )
     call(broker, ApiKey.WRITE_TXN_MARKERS, request)
     assert groups.completed == [(0, A, True)]  # partition 1 is not here: nothing to settle
+
+
+def test_compaction_drops_a_marker_left_without_data_after_delete_retention(
+    broker: Broker, clock: Any, tmp_path: Path
+) -> None:
+    from tidelog.storage import Cleaner
+
+    config = LogConfig.from_mapping({"cleanup.policy": "compact", "delete.retention.ms": 1000})
+    partition = open_partition(broker, config=config)
+    append(partition, txn_batch(A, 0, tag=b"aborted"))  # 0-1
+    partition.append_txn_marker(A, 0, 0, False, 1)  # 2
+    append(partition, txn_batch(A, 2, tag=b"later"))  # 3-4: A's last data batch
+    partition.append_txn_marker(A, 0, 0, True, 1)  # 5
+    partition.log.roll()
+    append(partition, plain_batch(1))
+    cleaner = Cleaner()
+    first = cleaner.clean_log(partition.log, clock(), force=True)
+    headers = {h.base_offset: h for h in all_batches(partition)}
+    assert 0 not in headers  # the aborted data went
+    assert headers[2].is_control and headers[2].has_delete_horizon  # its marker waits
+    assert headers[2].base_timestamp == clock() + 1000
+    assert first.next_delete_horizon == clock() + 1000
+    assert index_entries(partition) == [AbortedTxn(A, 0, 2, 3)]
+    assert headers[5].is_control and not headers[5].has_delete_horizon  # data left: kept
+    clock.advance(999)
+    cleaner.clean_log(partition.log, clock(), force=True)
+    assert 2 in {h.base_offset for h in all_batches(partition)}
+    clock.advance(1)
+    cleaner.clean_log(partition.log, clock(), force=True)
+    headers = {h.base_offset: h for h in all_batches(partition)}
+    assert sorted(headers) == [3, 5, 6]
+    assert index_entries(partition) == []  # no marker, no entry: a consumer would wait for it
+    _, values = values_read_committed(broker)  # one fetch: the cleaned segment
+    assert values == [b"later2", b"later3"]
+    restarted = restart(broker, tmp_path, clock, clean=False, snapshots=False)
+    try:
+        again = restarted.partitions.get("t", 0)
+        assert again is not None
+        assert again.producers.ongoing == {}
+        assert again.last_stable_offset == again.high_watermark
+        assert index_entries(again) == []
+    finally:
+        restarted.partitions.logs.close()
