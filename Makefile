@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DEB_TOOLS := kcat:kcat javac:openjdk-17-jdk-headless promtool:prometheus chromium:chromium \
              chromedriver:chromium-driver
 
-.PHONY: test check serve lint typecheck layers pytest unit deps venv clean
+.PHONY: test check serve cluster lint typecheck layers pytest unit deps venv clean
 
 test: deps lint typecheck layers pytest
 
@@ -18,6 +18,11 @@ check: lint typecheck layers unit
 # Extra flags pass through: make serve ARGS="--port 19092 --data-dir /tmp/t"
 serve: venv
 	$(BIN)/tidelog serve $(ARGS)
+
+# Three broker+controller nodes on loopback from examples/cluster/; Ctrl-C stops them all.
+# Extra flags pass through: make cluster ARGS="--base-dir /tmp/c"
+cluster: venv
+	$(BIN)/tidelog cluster up --config-dir examples/cluster $(ARGS)
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: $(PYTHON) is required"; exit 1; }

@@ -12,11 +12,13 @@ from typing import Any
 from tidelog import __version__
 from tidelog.cli import (
     agent,
+    cluster,
     configs,
     console,
     consume,
     dump_log,
     groups,
+    metadata_quorum,
     perf,
     produce,
     serve,
@@ -86,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve.add_parser(commands)
     storage.add_parser(commands)
+    cluster.add_parser(commands)
+    metadata_quorum.add_parser(commands)
     topics.add_parser(commands)
     produce.add_parser(commands)
     consume.add_parser(commands)

@@ -37,6 +37,8 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    QuorumInfo,
+    QuorumReplica,
     RecordMetadata,
     TopicPartition,
 )
@@ -66,6 +68,8 @@ __all__ = [
     "PartialFailureError",
     "PartitionInfo",
     "Producer",
+    "QuorumInfo",
+    "QuorumReplica",
     "RebalanceListener",
     "RecordMetadata",
     "RequestTimeoutError",

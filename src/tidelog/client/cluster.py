@@ -47,6 +47,8 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    #: fenced by the controller (only DescribeCluster asked with include_fenced_brokers says)
+    fenced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,14 @@ class ClusterClient:
             max_in_flight=c["max.in.flight.requests.per.connection"],
             max_frame_size=c["receive.message.max.bytes"],
         )
+
+    async def open_connection(self, host: str, port: int) -> Connection:
+        """A new connection to ``host:port`` outside the cluster's own (a controller listener,
+        say); the caller closes it."""
+        self._check_open()
+        conn = self._new_connection(host, port, -1)
+        await conn.connect()
+        return conn
 
     def _check_open(self) -> None:
         if self._closed:

@@ -37,6 +37,7 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    QuorumInfo,
     RecordMetadata,
     TopicPartition,
 )
@@ -392,8 +393,12 @@ class Admin(_Facade):
     ) -> dict[TopicPartition, ListOffsetsResult]:
         return self._run(self._core.list_offsets(dict(specs), isolation_level=isolation_level))
 
-    def describe_cluster(self) -> ClusterDescription:
-        return self._run(self._core.describe_cluster())
+    def describe_cluster(self, *, include_fenced_brokers: bool = False) -> ClusterDescription:
+        return self._run(self._core.describe_cluster(include_fenced_brokers=include_fenced_brokers))
+
+    def describe_quorum(self) -> QuorumInfo:
+        quorum: QuorumInfo = self._run(self._core.describe_quorum())
+        return quorum
 
     def describe_log_dirs(self, node_id: int) -> list[LogDirDescription]:
         return self._run(self._core.describe_log_dirs(node_id))

@@ -91,3 +91,26 @@ class ListOffsetsResult(NamedTuple):
     offset: int
     timestamp: int
     leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumReplica:
+    """A voter or observer of the metadata quorum as its leader sees it (DescribeQuorum):
+    its log end offset and when it last fetched and was last caught up, in epoch
+    milliseconds (-1 where the leader has not seen it yet)."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumInfo:
+    """The metadata quorum as its leader describes it (Kafka's ``QuorumInfo``)."""
+
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[QuorumReplica, ...]
+    observers: tuple[QuorumReplica, ...] = ()

@@ -52,6 +52,8 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    QuorumInfo,
+    QuorumReplica,
     TopicPartition,
 )
 from tidelog.protocol import ApiKey, ErrorCode
@@ -93,6 +95,10 @@ _MAX_BACKOFF_MS = 1000
 # v10 of these names topics only by id.
 _MAX_OFFSET_FETCH_VERSION = 9
 _MAX_OFFSET_COMMIT_VERSION = 9
+# The highest DescribeQuorum the client reads (v2 adds the voters' directory ids and nodes).
+_MAX_DESCRIBE_QUORUM_VERSION = 2
+# The metadata quorum's log, the one partition DescribeQuorum describes.
+METADATA_TOPIC = "__cluster_metadata"
 
 T = TypeVar("T")
 
@@ -146,10 +152,20 @@ class AIOAdmin:
         conn = await self.cluster.controller_connection()
         return await self._call(conn, api_key, values)
 
-    async def _call(self, conn: Connection, api_key: ApiKey, values: Mapping[str, Any]) -> Any:
+    async def _call(
+        self,
+        conn: Connection,
+        api_key: ApiKey,
+        values: Mapping[str, Any],
+        *,
+        version: int | None = None,
+    ) -> Any:
         try:
             return await conn.call(
-                api_key, values, timeout_ms=max(self._timeout_ms, self.config["request.timeout.ms"])
+                api_key,
+                values,
+                version=version,
+                timeout_ms=max(self._timeout_ms, self.config["request.timeout.ms"]),
             )
         except BrokerConnectionError:
             await self.cluster.forget(conn)
@@ -374,13 +390,19 @@ class AIOAdmin:
         _check(errors, "list offsets")
         return {tp: a for tp, a in answers.items() if isinstance(a, ListOffsetsResult)}
 
-    async def describe_cluster(self) -> ClusterDescription:
+    async def describe_cluster(self, *, include_fenced_brokers: bool = False) -> ClusterDescription:
+        """The cluster's id, controller and brokers; fenced brokers too when asked (and the
+        broker serves DescribeCluster v2), each marked ``fenced``."""
         conn = await self.cluster.any_connection()
         if conn.supports(ApiKey.DESCRIBE_CLUSTER):
             response = await self._call(
                 conn,
                 ApiKey.DESCRIBE_CLUSTER,
-                {"include_cluster_authorized_operations": False, "endpoint_type": 1},
+                {
+                    "include_cluster_authorized_operations": False,
+                    "endpoint_type": 1,
+                    "include_fenced_brokers": include_fenced_brokers,
+                },
             )
             err = _item_error(response.error_code, response.error_message, "describe cluster")
             if err is not None:
@@ -388,7 +410,13 @@ class AIOAdmin:
             brokers = tuple(
                 sorted(
                     (
-                        BrokerInfo(int(b.broker_id), b.host, int(b.port), b.rack)
+                        BrokerInfo(
+                            int(b.broker_id),
+                            b.host,
+                            int(b.port),
+                            b.rack,
+                            bool(getattr(b, "is_fenced", False)),
+                        )
                         for b in response.brokers
                     ),
                     key=lambda b: b.node_id,
@@ -401,6 +429,72 @@ class AIOAdmin:
             md.cluster_id,
             md.controller_id,
             tuple(sorted(md.brokers.values(), key=lambda b: b.node_id)),
+        )
+
+    async def describe_quorum(self) -> QuorumInfo:
+        """The metadata quorum as its leader describes it (DescribeQuorum).
+
+        Only the quorum's leader answers; every other node says NOT_LEADER_OR_FOLLOWER. So
+        each address of ``bootstrap.servers`` is asked in turn (controller listeners, or
+        brokers that pass DescribeQuorum on) until one answers, as Kafka's admin client
+        reaches the active controller."""
+        failures: list[str] = []
+        for host, port in self.config["bootstrap.servers"]:
+            address = f"{host}:{port}"
+            try:
+                conn = await self.cluster.open_connection(host, port)
+            except BrokerConnectionError as exc:
+                failures.append(str(exc))
+                continue
+            try:
+                answer = await self._describe_quorum_at(conn)
+            except BrokerConnectionError as exc:
+                failures.append(str(exc))
+                continue
+            finally:
+                await conn.close()
+            if isinstance(answer, QuorumInfo):
+                return answer
+            failures.append(f"{address}: {answer}")
+        raise ClientError("DescribeQuorum: " + "; ".join(failures))
+
+    async def _describe_quorum_at(self, conn: Connection) -> QuorumInfo | str:
+        served = conn.broker_ranges.get(ApiKey.DESCRIBE_QUORUM)
+        if served is None:
+            return "does not serve DescribeQuorum (not a controller listener)"
+        version = min(served[1], _MAX_DESCRIBE_QUORUM_VERSION)
+        response = await self._call(
+            conn,
+            ApiKey.DESCRIBE_QUORUM,
+            {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]},
+            version=version,
+        )
+        code = ErrorCode.from_wire(int(response.error_code))
+        partition = next(
+            (p for t in response.topics if t.topic_name == METADATA_TOPIC for p in t.partitions),
+            None,
+        )
+        if code is ErrorCode.NONE and partition is None:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if code is ErrorCode.NONE and partition is not None:
+            code = ErrorCode.from_wire(int(partition.error_code))
+        if code is not ErrorCode.NONE or partition is None:
+            return f"{code.name} ({code.message})"
+
+        def replica(r: Any) -> QuorumReplica:
+            return QuorumReplica(
+                int(r.replica_id),
+                int(r.log_end_offset),
+                int(getattr(r, "last_fetch_timestamp", -1)),
+                int(getattr(r, "last_caught_up_timestamp", -1)),
+            )
+
+        return QuorumInfo(
+            int(partition.leader_id),
+            int(partition.leader_epoch),
+            int(partition.high_watermark),
+            tuple(replica(r) for r in partition.current_voters),
+            tuple(replica(r) for r in partition.observers),
         )
 
     async def describe_log_dirs(self, node_id: int) -> list[LogDirDescription]:
