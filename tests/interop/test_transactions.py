@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from interop_broker import BrokerProcess
 from interop_data import Rec, wait_until
-from java_harness import JavaClient, consume_step, produce_step, to_gots
+from java_harness import JavaClient, consume_step, produce_step, step, to_gots
 
 TIMEOUT = 30.0
 KCAT = shutil.which("kcat") or "kcat"
@@ -442,3 +442,33 @@ def test_java_commit_then_abort(java: JavaClient, broker: BrokerProcess, topic_n
     )
     assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
     assert kcat_read_committed(broker, topic_name) == sorted(committed)
+
+
+def test_java_admin_lists_and_describes_transactions(
+    java: JavaClient, broker: BrokerProcess, topic_name: str
+) -> None:
+    """KIP-664 through the Java admin client: ListTransactions and DescribeTransactions of an
+    open transaction and of a committed one."""
+    create_topic(broker, topic_name, 2)
+    done_id, open_id = f"{topic_name}-done", f"{topic_name}-open"
+    done = txn_producer(broker, done_id)
+    produce_in_txn(done, topic_name, ["d-0"], 2)
+    done.commit_transaction(TIMEOUT)
+    ongoing = txn_producer(broker, open_id, **{"transaction.timeout.ms": 60_000})
+    produce_in_txn(ongoing, topic_name, ["o-0", "o-1"], 2)
+    try:
+        [[found]] = java.batch(step("transactions", describe=[open_id, done_id]))
+        listed = {tid: found["listed"][tid] for tid in (done_id, open_id)}
+        assert {tid: entry["state"] for tid, entry in listed.items()} == {
+            done_id: "CompleteCommit",
+            open_id: "Ongoing",
+        }
+        described = found["described"]
+        assert described[open_id]["state"] == "Ongoing"
+        assert described[open_id]["partitions"] == [f"{topic_name}-0", f"{topic_name}-1"]
+        assert described[open_id]["timeout_ms"] == 60_000
+        assert described[open_id]["producer_id"] == listed[open_id]["producer_id"]
+        assert described[done_id]["state"] == "CompleteCommit"
+        assert described[done_id]["partitions"] == []
+    finally:
+        ongoing.abort_transaction(TIMEOUT)

@@ -30,6 +30,10 @@
 //   delete-topic    {topic} -> {}
 //   list-offsets    {topic, partitions, spec: "earliest"|"latest"|"timestamp", timestamp?}
 //                   -> {"P": {"offset", "timestamp"}}  (admin ListOffsets)
+//   transactions    {describe?: [transactional ids]} -> {"listed": {id: {"producer_id",
+//                    "state"}}, "described": {id: {"state", "producer_id", "epoch",
+//                    "timeout_ms", "partitions": ["topic-P", ...]}}}  (admin listTransactions,
+//                    describeTransactions)
 //   offsets-for-times {topic, timestamps: {"P": ts}} -> {"P": {"offset","timestamp"}|null}
 //                   (consumer offsetsForTimes, plus "beginning"/"end" from the consumer too)
 //   group-member    {topic, group, configs?}  (not in batch; runs until "stop" or end of stdin)
@@ -71,6 +75,8 @@ import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -171,6 +177,7 @@ public final class InteropClient {
                 case "create-partitions": result = createPartitions(admin, o); break;
                 case "delete-topic": result = deleteTopic(admin, o); break;
                 case "list-offsets": result = listOffsets(admin, o); break;
+                case "transactions": result = transactions(admin, o); break;
                 default: throw new IllegalArgumentException("unknown command " + command);
             }
             return List.of(result);
@@ -468,6 +475,40 @@ public final class InteropClient {
         }
         admin.createTopics(List.of(topic)).all().get();
         return new LinkedHashMap<>();
+    }
+
+    private static Object transactions(Admin admin, Map<String, Object> o) throws Exception {
+        Map<String, Object> listed = new TreeMap<>();
+        for (TransactionListing l : admin.listTransactions().all().get()) {
+            Map<String, Object> one = new LinkedHashMap<>();
+            one.put("producer_id", l.producerId());
+            one.put("state", l.state().toString());
+            listed.put(l.transactionalId(), one);
+        }
+        Map<String, Object> described = new TreeMap<>();
+        Object ids = o.get("describe");
+        if (ids != null && !((List<?>) ids).isEmpty()) {
+            List<String> wanted = new ArrayList<>();
+            for (Object id : (List<?>) ids) wanted.add((String) id);
+            for (Map.Entry<String, TransactionDescription> e
+                    : admin.describeTransactions(wanted).all().get().entrySet()) {
+                TransactionDescription d = e.getValue();
+                Map<String, Object> one = new LinkedHashMap<>();
+                one.put("state", d.state().toString());
+                one.put("producer_id", d.producerId());
+                one.put("epoch", d.producerEpoch());
+                one.put("timeout_ms", d.transactionTimeoutMs());
+                List<Object> parts = new ArrayList<>();
+                for (TopicPartition tp : d.topicPartitions()) parts.add(tp.toString());
+                Collections.sort(parts, (a, b) -> ((String) a).compareTo((String) b));
+                one.put("partitions", parts);
+                described.put(e.getKey(), one);
+            }
+        }
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("listed", listed);
+        out.put("described", described);
+        return out;
     }
 
     private static Object listTopics(Admin admin) throws Exception {
