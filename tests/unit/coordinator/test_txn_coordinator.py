@@ -173,10 +173,23 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id(h: TxnHarness) -> None:
     meta = h.coordinator.transaction("tx")
     assert meta is not None
     meta.producer_epoch = 32766
-    after = h.init("tx")
+    after = h.init("tx", producer_id=r.producer_id, epoch=32766)
     assert after.producer_id != r.producer_id
     assert after.producer_epoch == 0
-    assert h.coordinator.transaction("tx").previous_producer_id == r.producer_id  # type: ignore[union-attr]
+    assert meta.previous_producer_id == r.producer_id
+    # the producer did not get the answer and asks again: the same answer, no new bump
+    again = h.init("tx", producer_id=r.producer_id, epoch=32766)
+    assert (again.producer_id, again.producer_epoch) == (after.producer_id, 0)
+    # the old id with an epoch that was not exhausted is a zombie
+    assert h.init("tx", producer_id=r.producer_id, epoch=3).error is E.PRODUCER_FENCED
+
+
+def test_a_producer_whose_id_expired_gets_a_new_one(h: TxnHarness) -> None:
+    """KIP-360: the transactional id was forgotten; the producer names its old id and epoch
+    and is given the new id rather than being fenced."""
+    r = h.init("tx", producer_id=4242, epoch=7)
+    assert (r.error, r.producer_epoch) == (E.NONE, 0)
+    assert r.producer_id != 4242
 
 
 def test_timed_out_transaction_is_aborted_and_its_producer_fenced() -> None:

@@ -491,7 +491,7 @@ class TransactionCoordinator:
             and req.producer_id == meta.producer_id
             and req.producer_epoch == meta.last_producer_epoch
             and meta.last_producer_epoch != -1
-        ):
+        ) or _is_retry_of_id_move(meta, req):
             # A retry of the InitProducerId that made the current epoch: answer it again.
             effects.complete(
                 token, InitProducerIdResult(E.NONE, meta.producer_id, meta.producer_epoch)
@@ -535,11 +535,15 @@ class TransactionCoordinator:
 
     @staticmethod
     def _is_valid_producer_retry(meta: TransactionMetadata, req: InitProducerIdRequest) -> bool:
-        """KIP-360: a producer that names its id and epoch may bump them only if they are
-        the current ones (or those the last bump replaced, for a retried request)."""
+        """KIP-360, Kafka's rules: a producer that names its id and epoch may go on if the
+        id was just created for it (it recovers from an expired id), if they are the current
+        ones or those the last bump replaced (a retried request), or if it names the
+        previous producer id with an exhausted epoch (a retry of the move to a new id)."""
+        if meta.producer_epoch == -1:
+            return True
         if req.producer_id == meta.producer_id:
             return req.producer_epoch in (meta.producer_epoch, meta.last_producer_epoch)
-        return req.producer_id == meta.previous_producer_id
+        return _is_retry_of_id_move(meta, req)
 
     def add_partitions(self, token: object, now_ms: int, req: AddPartitionsRequest) -> TxnEffects:
         """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets partition)."""
@@ -729,6 +733,15 @@ class TransactionCoordinator:
 
     def transactional_ids(self) -> list[str]:
         return sorted(self._txns)
+
+
+def _is_retry_of_id_move(meta: TransactionMetadata, req: InitProducerIdRequest) -> bool:
+    """The request names the producer id the id left when its epoch ran out."""
+    return (
+        req.producer_id != -1
+        and req.producer_id == meta.previous_producer_id
+        and req.producer_epoch >= MAX_USABLE_EPOCH
+    )
 
 
 def replay_transactions(
