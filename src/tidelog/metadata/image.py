@@ -23,7 +23,9 @@ Rules of replay:
   and UnregisterBrokerRecord removes, the registration of the epoch it names;
 * ProducerIdsRecord moves the next producer id block forward, never back;
 * UserScramCredentialRecord sets a user's credential for one SCRAM mechanism;
-  RemoveUserScramCredentialRecord deletes one that exists.
+  RemoveUserScramCredentialRecord deletes one that exists;
+* AccessControlEntryRecord adds an ACL under a new id; RemoveAccessControlEntryRecord
+  deletes the ACL of an id that exists.
 
 A record that breaks these rules (a partition of an unknown topic ...) raises
 :class:`~tidelog.metadata.errors.MetadataReplayError`: the log was written by a
@@ -39,8 +41,16 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar, cast
 
+from tidelog.metadata.acls import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from tidelog.metadata.errors import MetadataReplayError
 from tidelog.metadata.records import (
+    AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -50,6 +60,7 @@ from tidelog.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -153,6 +164,8 @@ class MetadataDelta:
     unregistered_brokers: tuple[int, ...] = ()
     #: Users whose SCRAM credentials were set or removed.
     changed_scram_users: frozenset[str] = frozenset()
+    #: Ids of the ACLs added or removed.
+    changed_acls: frozenset[uuid.UUID] = frozenset()
     producer_ids_changed: bool = False
     features_changed: bool = False
 
@@ -169,6 +182,7 @@ class MetadataDelta:
             or self.changed_brokers
             or self.unregistered_brokers
             or self.changed_scram_users
+            or self.changed_acls
             or self.producer_ids_changed
             or self.features_changed
         )
@@ -207,6 +221,10 @@ class MetadataImage:
     features: Mapping[str, int]
     #: SCRAM credentials: (user name, Kafka's mechanism type id) -> credential.
     scram_credentials: Mapping[tuple[str, int], ScramCredentialImage] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: ACLs by id.
+    acls: Mapping[uuid.UUID, AclBinding] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
     offset: int = -1
@@ -308,6 +326,8 @@ class _Replay:
         self.features: Mapping[str, int] = base.features
         self.scram: Mapping[tuple[str, int], ScramCredentialImage] = base.scram_credentials
         self.changed_scram_users: set[str] = set()
+        self.acls: Mapping[uuid.UUID, AclBinding] = base.acls
+        self.changed_acls: set[uuid.UUID] = set()
         # Partitions of the topics touched, by topic id.
         self.partitions: dict[uuid.UUID, dict[int, PartitionImage]] = {}
         self.created_topics: dict[uuid.UUID, str] = {}
@@ -486,6 +506,20 @@ class _Replay:
             del scram[credential]
             self.scram = scram
             self.changed_scram_users.add(record.name)
+        elif isinstance(record, AccessControlEntryRecord):
+            if record.acl_id in self.acls:
+                raise MetadataReplayError(f"ACL id {record.acl_id} is used twice")
+            acls = _thawed(self.acls)
+            acls[record.acl_id] = _acl_binding(record)
+            self.acls = acls
+            self.changed_acls.add(record.acl_id)
+        elif isinstance(record, RemoveAccessControlEntryRecord):
+            if record.acl_id not in self.acls:
+                raise MetadataReplayError(f"removes ACL {record.acl_id}, which does not exist")
+            acls = _thawed(self.acls)
+            del acls[record.acl_id]
+            self.acls = acls
+            self.changed_acls.add(record.acl_id)
 
     def _apply_config(self, record: ConfigRecord) -> None:
         if record.resource_type == TOPIC_RESOURCE:
@@ -519,6 +553,7 @@ class _Replay:
             next_producer_id=self.next_producer_id,
             features=_frozen(self.features),
             scram_credentials=_frozen(self.scram),
+            acls=_frozen(self.acls),
             offset=self.offset,
             epoch=self.base.epoch,
         )
@@ -539,10 +574,27 @@ class _Replay:
             changed_brokers=tuple(self.changed_brokers),
             unregistered_brokers=tuple(self.unregistered),
             changed_scram_users=frozenset(self.changed_scram_users),
+            changed_acls=frozenset(self.changed_acls),
             producer_ids_changed=self.producer_ids_changed,
             features_changed=self.features_changed,
         )
         return image, delta
+
+
+def _acl_binding(record: AccessControlEntryRecord) -> AclBinding:
+    """The ACL a record states; a code outside Kafka's enums is a damaged record."""
+    try:
+        return AclBinding(
+            ResourceType(record.resource_type),
+            record.resource_name,
+            PatternType(record.pattern_type),
+            record.principal,
+            record.host,
+            AclOperation(record.operation),
+            AclPermissionType(record.permission),
+        )
+    except ValueError as exc:
+        raise MetadataReplayError(f"ACL {record.acl_id}: {exc}") from None
 
 
 class _ConfigsCopy:

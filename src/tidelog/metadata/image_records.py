@@ -18,10 +18,13 @@ same spirit, features first):
 4. ConfigRecord per topic config override, then per dynamic broker config (cluster
    default "" and each broker);
 5. ProducerIdsRecord with the next producer id, when any block was handed out;
-6. UserScramCredentialRecord per user and mechanism.
+6. UserScramCredentialRecord per user and mechanism;
+7. AccessControlEntryRecord per ACL, by id (the ids are kept, so a later removal in the
+   log names the same ACL).
 
 Records that only change or remove state (PartitionChange, RemoveTopic,
-BrokerRegistrationChange, UnregisterBroker, RemoveUserScramCredential) never appear: the
+BrokerRegistrationChange, UnregisterBroker, RemoveUserScramCredential,
+RemoveAccessControlEntry) never appear: the
 state they led to is stated whole. :data:`SNAPSHOT_COVERAGE` says, for every record type,
 how a snapshot covers it; a test fails when a type is missing from it, so whoever adds a
 record type decides how snapshots carry it.
@@ -51,6 +54,7 @@ from tidelog.metadata.image import (
     MetadataImage,
 )
 from tidelog.metadata.records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -90,6 +94,8 @@ SNAPSHOT_COVERAGE: Final[Mapping[RecordType, str]] = {
     RecordType.PRODUCER_IDS: STATED,
     RecordType.USER_SCRAM_CREDENTIAL: STATED,
     RecordType.REMOVE_USER_SCRAM_CREDENTIAL: "a removed credential is absent",
+    RecordType.ACCESS_CONTROL_ENTRY: STATED,
+    RecordType.REMOVE_ACCESS_CONTROL_ENTRY: "a removed ACL is absent",
 }
 
 _BROKER_EPOCH: Final = "broker_epoch"
@@ -137,6 +143,20 @@ def _records(image: MetadataImage) -> Iterator[tuple[MetadataRecord, int | None]
                 credential.stored_key,
                 credential.server_key,
                 credential.iterations,
+            ),
+            None,
+        )
+    for acl_id, acl in sorted(image.acls.items()):
+        yield (
+            AccessControlEntryRecord(
+                acl_id,
+                int(acl.resource_type),
+                acl.resource_name,
+                int(acl.pattern_type),
+                acl.principal,
+                acl.host,
+                int(acl.operation),
+                int(acl.permission),
             ),
             None,
         )
@@ -259,4 +279,5 @@ def snapshot_delta(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
         changed_scram_users=frozenset(
             user for user, _ in (*old.scram_credentials, *new.scram_credentials)
         ),
+        changed_acls=frozenset((*old.acls, *new.acls)),
     )

@@ -30,6 +30,7 @@ from typing import ClassVar
 from tidelog.metadata.errors import MetadataRecordError
 
 __all__ = [
+    "AccessControlEntryRecord",
     "BrokerEndpoint",
     "BrokerRegistrationChangeRecord",
     "ConfigRecord",
@@ -40,11 +41,12 @@ __all__ = [
     "ProducerIdsRecord",
     "RecordType",
     "RegisterBrokerRecord",
+    "RemoveAccessControlEntryRecord",
     "RemoveTopicRecord",
-    "TopicRecord",
     "RemoveUserScramCredentialRecord",
-    "UserScramCredentialRecord",
+    "TopicRecord",
     "UnregisterBrokerRecord",
+    "UserScramCredentialRecord",
     "decode_record",
     "encode_record",
 ]
@@ -66,6 +68,8 @@ class RecordType(enum.IntEnum):
     REMOVE_USER_SCRAM_CREDENTIAL = 10
     UNREGISTER_BROKER = 11
     BROKER_REGISTRATION_CHANGE = 12
+    ACCESS_CONTROL_ENTRY = 13
+    REMOVE_ACCESS_CONTROL_ENTRY = 14
 
 
 Json = dict[str, object]
@@ -501,6 +505,64 @@ class RemoveUserScramCredentialRecord:
         return cls(f.text("name"), f.integer("mechanism"))
 
 
+@dataclass(frozen=True)
+class AccessControlEntryRecord:
+    """One ACL (Kafka's AccessControlEntryRecord), named by ``acl_id`` so that a removal
+    names it alone. The enum fields carry Kafka's wire codes
+    (:mod:`tidelog.security.authorizer`): resource type, pattern type, operation and
+    permission; ``principal`` is ``Type:name`` and ``host`` an address or ``*``."""
+
+    TYPE: ClassVar[RecordType] = RecordType.ACCESS_CONTROL_ENTRY
+    acl_id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+    def to_json(self) -> Json:
+        return {
+            "id": str(self.acl_id),
+            "resource_type": self.resource_type,
+            "resource_name": self.resource_name,
+            "pattern_type": self.pattern_type,
+            "principal": self.principal,
+            "host": self.host,
+            "operation": self.operation,
+            "permission_type": self.permission,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> AccessControlEntryRecord:
+        return cls(
+            f.uid("id"),
+            f.integer("resource_type"),
+            f.text("resource_name"),
+            f.integer("pattern_type"),
+            f.text("principal"),
+            f.text("host"),
+            f.integer("operation"),
+            f.integer("permission_type"),
+        )
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord:
+    """The ACL ``acl_id`` is deleted (Kafka's RemoveAccessControlEntryRecord)."""
+
+    TYPE: ClassVar[RecordType] = RecordType.REMOVE_ACCESS_CONTROL_ENTRY
+    acl_id: uuid.UUID
+
+    def to_json(self) -> Json:
+        return {"id": str(self.acl_id)}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> RemoveAccessControlEntryRecord:
+        return cls(f.uid("id"))
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -514,6 +576,8 @@ MetadataRecord = (
     | FeatureLevelRecord
     | UserScramCredentialRecord
     | RemoveUserScramCredentialRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 
 _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
@@ -529,6 +593,8 @@ _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
     RecordType.FEATURE_LEVEL: FeatureLevelRecord.from_json,
     RecordType.USER_SCRAM_CREDENTIAL: UserScramCredentialRecord.from_json,
     RecordType.REMOVE_USER_SCRAM_CREDENTIAL: RemoveUserScramCredentialRecord.from_json,
+    RecordType.ACCESS_CONTROL_ENTRY: AccessControlEntryRecord.from_json,
+    RecordType.REMOVE_ACCESS_CONTROL_ENTRY: RemoveAccessControlEntryRecord.from_json,
 }
 # The newest body version of each type this code reads and writes.
 VERSION = 0

@@ -32,6 +32,7 @@ from tidelog.metadata.image_records import (
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.log import MetadataBatch
 from tidelog.metadata.records import (
+    AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -42,6 +43,7 @@ from tidelog.metadata.records import (
     ProducerIdsRecord,
     RecordType,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -61,6 +63,7 @@ class RandomHistory:
         self.topics: dict[uuid.UUID, tuple[str, int]] = {}
         self.brokers: dict[int, int] = {}
         self.scram: set[tuple[str, int]] = set()
+        self.acls: set[uuid.UUID] = set()
         self.next_producer_id = 0
         self.names = 0
 
@@ -105,6 +108,8 @@ class RandomHistory:
                 "producer_ids",
                 "scram",
                 "remove_scram",
+                "acl",
+                "remove_acl",
             ]
         )
         if kind == "feature":
@@ -197,6 +202,26 @@ class RandomHistory:
             credential = rng.choice(sorted(self.scram))
             self.scram.discard(credential)
             return [RemoveUserScramCredentialRecord(*credential)]
+        if kind == "acl":
+            acl_id = self._uuid()
+            self.acls.add(acl_id)
+            prefixed = rng.random() < 0.5
+            return [
+                AccessControlEntryRecord(
+                    acl_id,
+                    rng.choice([2, 3, 5]),
+                    rng.choice(["orders", "pay", "*"]) if not prefixed else "pay",
+                    4 if prefixed else 3,
+                    rng.choice(["User:alice", "User:*"]),
+                    rng.choice(["*", "10.0.0.1"]),
+                    rng.randint(2, 12),
+                    rng.choice([2, 3]),
+                )
+            ]
+        if kind == "remove_acl" and self.acls:
+            acl_id = rng.choice(sorted(self.acls))
+            self.acls.discard(acl_id)
+            return [RemoveAccessControlEntryRecord(acl_id)]
         return []
 
     def batches(self, count: int) -> Iterator[tuple[int, list[tuple[int, MetadataRecord]]]]:
@@ -273,6 +298,7 @@ def test_snapshot_order_and_contents() -> None:
         RecordType.CONFIG,
         RecordType.PRODUCER_IDS,
         RecordType.USER_SCRAM_CREDENTIAL,
+        RecordType.ACCESS_CONTROL_ENTRY,
     ]
     ranks = [order.index(RecordType.TOPIC if k == RecordType.PARTITION else k) for k in kinds]
     assert ranks == sorted(ranks)
@@ -280,6 +306,7 @@ def test_snapshot_order_and_contents() -> None:
     assert kinds.count(RecordType.PARTITION) == partitions
     assert kinds.count(RecordType.TOPIC) == len(image.topics_by_name)
     assert kinds.count(RecordType.REGISTER_BROKER) == len(image.brokers)
+    assert kinds.count(RecordType.ACCESS_CONTROL_ENTRY) == len(image.acls) > 0
 
 
 def test_the_rebuilt_image_carries_the_snapshot_position() -> None:

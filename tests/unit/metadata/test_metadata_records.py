@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tidelog.metadata.errors import MetadataRecordError
 from tidelog.metadata.records import (
+    AccessControlEntryRecord,
     BrokerEndpoint,
     ConfigRecord,
     FeatureLevelRecord,
@@ -21,6 +22,7 @@ from tidelog.metadata.records import (
     ProducerIdsRecord,
     RecordType,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     decode_record,
@@ -55,6 +57,8 @@ records: st.SearchStrategy[MetadataRecord] = st.one_of(
     st.builds(RemoveTopicRecord, ids),
     st.builds(ProducerIdsRecord, small, ints, ints),
     st.builds(FeatureLevelRecord, texts, st.integers(0, 2**15 - 1)),
+    st.builds(AccessControlEntryRecord, ids, small, texts, small, texts, texts, small, small),
+    st.builds(RemoveAccessControlEntryRecord, ids),
 )
 
 
