@@ -85,14 +85,17 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-def send_request(host: str, port: int, request: Any, *, client_id: str = "interop") -> Any:
+def send_request(
+    host: str, port: int, request: Any, *, client_id: str = "interop", timeout: float = 10.0
+) -> Any:
     """Send one kio request through the protocol codec on a new connection; the decoded
-    response (what a client or another broker would put on the wire, by hand)."""
+    response (what a client or another broker would put on the wire, by hand). Only the
+    connect can raise ConnectionRefusedError: the request was then never sent."""
     import struct
 
     from tidelog.protocol import decode_response, encode_request
 
-    with socket.create_connection((host, port), timeout=10) as sock:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(encode_request(request, correlation_id=1, client_id=client_id))
         (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
         body = _recv_exactly(sock, size)

@@ -17,8 +17,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 Header = tuple[str, bytes | None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -145,12 +147,14 @@ def base_timestamp() -> int:
     return (int(time.time()) - 3600) * 1000
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    """Polls `predicate` until it is truthy; fails naming `what` (for eventual broker state)."""
+def wait_until(predicate: Callable[[], T], what: str, timeout: float = 15.0) -> T:
+    """Polls `predicate` until it is truthy, and returns that value; fails naming `what`
+    (for eventual broker state)."""
     deadline = time.monotonic() + timeout
     while True:
-        if predicate():
-            return
+        value = predicate()
+        if value:
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
