@@ -13,6 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from metadata_helpers import ControllerFactory
 
+from tidelog.metadata.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from tidelog.metadata.controller import (
     AlterConfigOp,
     IncrementalAlterConfigsResource,
@@ -425,6 +433,20 @@ def test_a_controller_history_survives_a_snapshot(
         lambda: controller.alter_user_scram_credentials(
             [ScramDeletion("alice", 1)], [ScramUpsertion("bob", 2, 8192, b"s" * 16, b"q" * 64)]
         ),
+        lambda: controller.create_acls(
+            [
+                AclBinding(
+                    ResourceType.GROUP,
+                    "g",
+                    PatternType.PREFIXED,
+                    "User:alice",
+                    "*",
+                    AclOperation.READ,
+                    AclPermissionType.DENY,
+                )
+            ]
+        ),
+        lambda: controller.delete_acls([AclBindingFilter(resource_type=ResourceType.GROUP)]),
         lambda: controller.unregister_broker(7),
     ]
     for operation in operations:

@@ -31,8 +31,10 @@ import uuid
 from collections.abc import Sequence
 from typing import TypeVar
 
+from tidelog.metadata.acls import AclBinding, AclBindingFilter
 from tidelog.metadata.configs import BrokerConfig
-from tidelog.metadata.controller import configs, producer_ids, scram, topics
+from tidelog.metadata.controller import acls, configs, producer_ids, scram, topics
+from tidelog.metadata.controller.acls import AclDeleteResult, AclDescribeResult
 from tidelog.metadata.controller.base import ControllerResult, ControllerView, group_batches
 from tidelog.metadata.controller.cluster import (
     ClusterControl,
@@ -393,3 +395,17 @@ class Controller:
     ) -> list[DescribeScramResult]:
         """DescribeUserScramCredentials over the current image; reads only."""
         return scram.describe_user_scram_credentials(self.image, users)
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> list[ApiError]:
+        """CreateAcls: one error (OK when created or already there) per binding."""
+        with self._lock:
+            return self._commit_result(acls.create_acls(self._view(), bindings))
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        """DeleteAcls: per filter, the ACLs it removed or its error."""
+        with self._lock:
+            return self._commit_result(acls.delete_acls(self._view(), filters))
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> AclDescribeResult:
+        """DescribeAcls over the current image; reads only."""
+        return acls.describe_acls(self.image, acl_filter)
