@@ -34,17 +34,19 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tidelog.metadata import kafka_config_names as kafka_names
 from tidelog.metadata.errors import ApiError
-from tidelog.metadata.raft.config import RaftConfig
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.runtime.http_endpoints import parse_http_listener
 from tidelog.runtime.logs import LOG_FORMATS
 from tidelog.storage.config import CONFIG_KEYS as LOG_CONFIG_KEYS
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tidelog.metadata.raft.config import RaftConfig
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -1682,6 +1684,8 @@ class BrokerConfig:
     @property
     def raft_config(self) -> RaftConfig:
         """The quorum's timers (``controller.quorum.*.ms``)."""
+        # Imported here: the Raft package imports the metadata package this module is in.
+        from tidelog.metadata.raft.config import RaftConfig
         request_timeout = self.get_int("controller.quorum.request.timeout.ms")
         return RaftConfig(
             election_timeout_ms=self.get_int("controller.quorum.election.timeout.ms"),
