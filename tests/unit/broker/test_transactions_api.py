@@ -510,3 +510,56 @@ def test_a_later_regular_commit_wins_over_a_transactions_offset(
         asyncio.run(after())
     finally:
         close2()
+
+
+def test_a_transaction_stopped_between_prepare_and_complete_completes_after_restart(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The broker stops right after EndTxn is answered (PrepareCommit written, markers
+    maybe not): the next start reloads PrepareCommit, writes the markers and completes it,
+    so the data becomes readable for read_committed consumers."""
+    broker, close = open_broker(tmp_path, clock)
+    ids: dict[str, int] = {}
+
+    async def before() -> None:
+        async with running(broker):
+            r = await init(broker, "tx")
+            pid, epoch = int(r.producer_id), int(r.producer_epoch)
+            ids.update(pid=pid, epoch=epoch)
+            assert await add(broker, 0, "tx", pid, epoch, {"t": [0, 1]}) == {
+                ("t", 0): E.NONE,
+                ("t", 1): E.NONE,
+            }
+            for index in (0, 1):
+                batch = make_batch([b"v"], producer=(pid, epoch, 0), transactional=True)
+                request = produce_request(9, {"t": {index: batch}}, acks=-1, transactional_id="tx")
+                assert produce_errors(await call(broker, ApiKey.PRODUCE, 9, request)) == {
+                    ("t", index): E.NONE
+                }
+            assert (await end(broker, 1, "tx", pid, epoch, True)).error_code == E.NONE
+            # the context ends at once: the driver stops with the markers in flight or not
+
+    async def after() -> None:
+        async with running(broker2):
+            for _ in range(100):
+                if broker2.transactions.coordinator.describe("tx").state == "CompleteCommit":  # type: ignore[union-attr]
+                    break
+                await settle()
+            described = broker2.transactions.coordinator.describe("tx")  # type: ignore[union-attr]
+            assert (described.state, described.producer_epoch) == ("CompleteCommit", ids["epoch"])
+            for index in (0, 1):
+                partition = broker2.partitions.get("t", index)
+                assert partition is not None
+                # the transaction has ended here: nothing holds read_committed back
+                assert partition.last_stable_offset == partition.log.log_end_offset
+                assert any(h.is_control for h in stored_batches(broker2, "t", index))
+
+    try:
+        asyncio.run(before())
+    finally:
+        close()
+    broker2, close2 = open_broker(tmp_path, clock)
+    try:
+        asyncio.run(after())
+    finally:
+        close2()
