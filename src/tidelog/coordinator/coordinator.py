@@ -80,6 +80,7 @@ from tidelog.coordinator.records import (
 )
 from tidelog.coordinator.replay import KeyValue, replay_partition
 from tidelog.coordinator.timers import Timers
+from tidelog.coordinator.writes import PendingWrites
 from tidelog.protocol.error_codes import ErrorCode
 
 E = ErrorCode
@@ -203,8 +204,7 @@ class GroupCoordinator:
         self._loading: set[int] = set()
         self._groups: dict[str, Group] = {}
         self._timers = Timers()
-        self._writes: dict[int, WriteCallback] = {}
-        self._next_write_id = 1
+        self._writes: PendingWrites[Effects] = PendingWrites()
         self._topic_exists = topic_exists
         self._new_member_id = member_id_factory or _default_member_id
         self._next_retention_check: int | None = None
@@ -267,10 +267,8 @@ class GroupCoordinator:
 
     def write_completed(self, write_id: int, now_ms: int, error: ErrorCode = E.NONE) -> Effects:
         """The driver appended (or failed to append) write ``write_id``."""
-        callback = self._writes.pop(write_id, None)
-        if callback is None:
-            return Effects()
-        return callback(error, now_ms)
+        effects = self._writes.complete(write_id, error, now_ms)
+        return effects if effects is not None else Effects()
 
     def pending_write_count(self) -> int:
         return len(self._writes)
@@ -285,9 +283,7 @@ class GroupCoordinator:
         producer_id: int = -1,
         producer_epoch: int = -1,
     ) -> int:
-        write_id = self._next_write_id
-        self._next_write_id += 1
-        self._writes[write_id] = callback
+        write_id = self._writes.add(callback)
         effects.writes.append(
             Write(write_id, partition, tuple(records), producer_id, producer_epoch)
         )

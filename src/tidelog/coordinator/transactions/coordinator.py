@@ -77,6 +77,7 @@ from tidelog.coordinator.transactions.state import (
     Transit,
     TxnState,
 )
+from tidelog.coordinator.writes import PendingWrites
 from tidelog.protocol.error_codes import ErrorCode
 
 E = ErrorCode
@@ -85,7 +86,6 @@ _ABORT_CHECK = "abort-timed-out"
 _EXPIRE_CHECK = "expire-ids"
 _MARKER_RETRY = "marker-retry"
 
-WriteCallback = Callable[[ErrorCode, int], TxnEffects]
 
 _PREPARE = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
 _NO_TRANSACTION = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
@@ -150,8 +150,7 @@ class TransactionCoordinator:
         self._coordinator_epochs: dict[int, int] = dict.fromkeys(self._owned, 0)
         self._txns: dict[str, TransactionMetadata] = {}
         self._timers = Timers()
-        self._writes: dict[int, WriteCallback] = {}
-        self._next_write_id = 1
+        self._writes: PendingWrites[TxnEffects] = PendingWrites()
         self._sends: dict[int, str] = {}
         self._next_send_id = 1
         self._started = False
@@ -218,10 +217,8 @@ class TransactionCoordinator:
 
     def write_completed(self, write_id: int, now_ms: int, error: ErrorCode = E.NONE) -> TxnEffects:
         """The driver appended (or failed to append) write ``write_id``."""
-        callback = self._writes.pop(write_id, None)
-        if callback is None:
-            return TxnEffects()
-        return callback(error, now_ms)
+        effects = self._writes.complete(write_id, error, now_ms)
+        return effects if effects is not None else TxnEffects()
 
     def pending_write_count(self) -> int:
         return len(self._writes)
@@ -236,8 +233,6 @@ class TransactionCoordinator:
         """Write ``transit``'s record; once written, apply it to ``meta``. Either way call
         ``done(error, now, out)``, with the client's error (NONE on success) and the effects
         the completion returns, to which ``done`` adds answers, markers and writes."""
-        write_id = self._next_write_id
-        self._next_write_id += 1
         meta.pending = transit.state
 
         def completed(error: ErrorCode, now: int) -> TxnEffects:
@@ -254,7 +249,7 @@ class TransactionCoordinator:
             done(E.NONE, now, out)
             return out
 
-        self._writes[write_id] = completed
+        write_id = self._writes.add(completed)
         effects.writes.append(
             Write(write_id, meta.partition, (_record(meta.transactional_id, transit),))
         )
@@ -390,8 +385,6 @@ class TransactionCoordinator:
 
     def _expire(self, meta: TransactionMetadata, effects: TxnEffects) -> None:
         meta.transit(TxnState.DEAD, meta.last_update_timestamp)  # checks the transition
-        write_id = self._next_write_id
-        self._next_write_id += 1
         meta.pending = TxnState.DEAD
 
         def completed(error: ErrorCode, now: int) -> TxnEffects:
@@ -402,7 +395,7 @@ class TransactionCoordinator:
                     del self._txns[meta.transactional_id]
             return TxnEffects()
 
-        self._writes[write_id] = completed
+        write_id = self._writes.add(completed)
         effects.writes.append(
             Write(write_id, meta.partition, (GroupRecord(encode_key(meta.transactional_id), None),))
         )
