@@ -1,10 +1,12 @@
-"""tidelog.coordinator: the group coordinator (classic protocol, committed offsets).
+"""tidelog.coordinator: the group coordinator (classic protocol, committed offsets) and, in
+``transactions/``, the transaction coordinator (``docs/transactions.md``).
 
 Modules: ``coordinator`` (the sans-io state machine, :class:`GroupCoordinator`), ``api``
 (requests, results, :class:`Effects` and :class:`Write`), ``group`` (the group model and its
 states), ``records`` (Kafka's ``__consumer_offsets`` key and value schemas), ``replay``
 (rebuilding groups from a partition's records), ``hashing`` (which partition coordinates a
-group), ``timers`` and ``config``. See ``docs/groups.md``.
+group), ``timers``, ``writes`` (writes handed to the driver until it reports them) and
+``config``. See ``docs/groups.md``.
 """
 
 from tidelog.coordinator.api import (
