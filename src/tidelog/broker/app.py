@@ -31,12 +31,14 @@ from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.handlers.registry import CONTROLLER_HANDLERS
 from tidelog.broker.metrics import BrokerMetrics, MetricsServer
-from tidelog.broker.request_log import SlowRequestLog
 from tidelog.broker.partitions import Partitions
+from tidelog.broker.quorum import QuorumNode
+from tidelog.broker.raft_driver import RaftDriver
+from tidelog.broker.request_log import SlowRequestLog
 from tidelog.broker.server import BrokerServer
 from tidelog.broker.transactions import TransactionDriver
 from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
-from tidelog.metadata.controller import Controller
+from tidelog.metadata.controller import Controller, NotControllerError
 from tidelog.metadata.errors import ConfigError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
@@ -116,6 +118,9 @@ class BrokerApp:
         self.metrics_server: MetricsServer | None = None
         #: TLS and SASL settings by listener name, built first thing at start
         self.listener_security: dict[str, ListenerSecurity] = {}
+        #: A voter of a metadata quorum (``controller.quorum.voters``); None on a single
+        #: node, its own quorum of one.
+        self.quorum: QuorumNode | None = None
 
     @property
     def port(self) -> int:
@@ -183,6 +188,17 @@ class BrokerApp:
             loop.call_soon_threadsafe(broker.apply_metadata, image, delta)
 
         node.loader.add_publisher(on_change)
+        quorum: QuorumNode | None = None
+        if node.raft_log is not None and node.quorum_state is not None:
+            # The loader is fed by the quorum from here on, on this loop.
+            driver = RaftDriver.from_config(
+                config,
+                cluster_id=controller.image.cluster_id or "",
+                log=node.raft_log,
+                store=node.quorum_state,
+            )
+            quorum = self.quorum = QuorumNode(node, driver)
+            await quorum.start()
         # The group coordinator loads __consumer_offsets in the background; until a
         # partition is loaded its groups get COORDINATOR_LOAD_IN_PROGRESS.
         broker.groups = GroupDriver(broker)
@@ -195,7 +211,14 @@ class BrokerApp:
 
         accepted = restrict(HANDLERS.keys(), SUPPORTED_VERSIONS)
         broker.advertised_versions = accepted
-        await self._listen(broker, config, accepted)
+        if quorum is None:
+            await self._listen(broker, config, accepted)
+        else:
+            # The other voters reach this one on its controller listener; its broker then
+            # registers with the active controller and serves clients once unfenced.
+            await self._listen(broker, config, accepted, controllers_only=True)
+            await quorum.register(broker.run_blocking)
+            await self._listen(broker, config, accepted, controllers_only=False)
         self._start_background(config)
         self._started = True
         _log.info(
@@ -211,9 +234,15 @@ class BrokerApp:
         )
 
     async def _listen(
-        self, broker: Broker, config: BrokerConfig, accepted: Mapping[ApiKey, VersionRange]
+        self,
+        broker: Broker,
+        config: BrokerConfig,
+        accepted: Mapping[ApiKey, VersionRange],
+        *,
+        controllers_only: bool | None = None,
     ) -> None:
-        """Serve every listener; clients of each one are given its advertised address.
+        """Serve every listener (``controllers_only``: only the controller listeners, or
+        only the others); clients of each one are given its advertised address.
 
         A listener bound to port 0 is advertised at the port it got. A listener that cannot
         bind stops the start; the ones already bound are closed by :meth:`stop`."""
@@ -221,17 +250,25 @@ class BrokerApp:
         # A controller listener also serves what brokers send the controller (Kafka's
         # ControllerApis) and lists it in ApiVersions; the others serve clients only.
         on_controller = {**HANDLERS, **CONTROLLER_HANDLERS}
+        on_broker = dict(HANDLERS)
+        if self.quorum is not None:
+            # The quorum's APIs on the controller listener; the admin APIs that change
+            # metadata forwarded to the active controller from the broker listeners.
+            on_controller = self.quorum.driver.listener_handlers(on_controller)
+            on_broker = self.quorum.forwarding_handlers(on_broker)
         on_controller_accepted = restrict(on_controller.keys(), CONTROLLER_VERSIONS)
         controllers = set(config.controller_listener_names)
         for listener in config.listeners:
             is_controller = listener.name in controllers
+            if controllers_only is not None and is_controller != controllers_only:
+                continue
             if is_controller:
                 broker.listener_versions[listener.name] = on_controller_accepted
             server = BrokerServer(
                 broker,
                 listener.host or "0.0.0.0",
                 listener.port,
-                on_controller if is_controller else HANDLERS,
+                on_controller if is_controller else on_broker,
                 on_controller_accepted if is_controller else accepted,
                 max_frame_size=config.socket_request_max_bytes,
                 max_in_flight=config.queued_max_requests,
@@ -246,10 +283,11 @@ class BrokerApp:
                     given.host or "127.0.0.1",
                     given.port or server.port,
                 )
-        # The configuration guarantees at least one broker (non-controller) listener.
-        broker.advertised_host, broker.advertised_port = next(
-            iter(broker.listener_endpoints.values())
-        )
+        if broker.listener_endpoints:
+            # The configuration guarantees at least one broker (non-controller) listener.
+            broker.advertised_host, broker.advertised_port = next(
+                iter(broker.listener_endpoints.values())
+            )
 
     async def _serve_metrics(self) -> None:
         address = self.static_config.metrics_listener
@@ -275,6 +313,10 @@ class BrokerApp:
             return "starting: metadata and logs are being loaded"
         if self.broker.stopping:
             return "stopping"
+        if self.quorum is not None:
+            reason = self.quorum.not_ready_reason()
+            if reason is not None:
+                return reason
         groups = self.broker.groups
         if groups is None or groups.stopped:
             return "the group coordinator is not running"
@@ -286,6 +328,11 @@ class BrokerApp:
     def _start_background(self, config: BrokerConfig) -> None:
         logs = self.logs
         assert logs is not None
+        heartbeat_ms = config.get_int("broker.heartbeat.interval.ms")
+        if self.quorum is not None:
+            self._background.append(
+                asyncio.create_task(self._quorum_heartbeats(heartbeat_ms), name="heartbeat")
+            )
         schedules: list[tuple[str, int, Callable[[], object]]] = [
             (
                 "retention",
@@ -298,12 +345,9 @@ class BrokerApp:
                 lambda: logs.flush_due(self.clock()),
             ),
             ("checkpoint", config.log_flush_offset_checkpoint_interval_ms, logs.checkpoint),
-            (
-                "broker heartbeat",
-                config.get_int("broker.heartbeat.interval.ms"),
-                self._heartbeat_and_fence,
-            ),
         ]
+        if self.quorum is None:
+            schedules.append(("broker heartbeat", heartbeat_ms, self._heartbeat_and_fence))
         if config.log_cleaner_enable:
             schedules.append(("cleaner", config.log_cleaner_backoff_ms, self._clean_until_idle))
         for name, interval_ms, job in schedules:
@@ -324,6 +368,26 @@ class BrokerApp:
             _log.warning("broker %d was unregistered; registering it again", controller.node_id)
             controller.register_local_broker()
         controller.tick(self.clock())
+
+    async def _quorum_heartbeats(self, interval_ms: int) -> None:
+        """A quorum voter's broker heartbeats the active controller (registering again if
+        it was forgotten); the controller, when it is this node's, fences the brokers not
+        heard from for ``broker.session.timeout.ms``."""
+        quorum, broker, controller = self.quorum, self.broker, self.controller
+        assert quorum is not None and broker is not None and controller is not None
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                if quorum.broker_epoch < 0:
+                    await quorum.register(broker.run_blocking)
+                else:
+                    await quorum.heartbeat(broker.run_blocking)
+                if controller.is_active():
+                    await broker.run_blocking(controller.tick, self.clock())
+            except NotControllerError:
+                continue
+            except Exception:
+                _log.exception("broker heartbeat failed; will try again")
 
     def _clean_until_idle(self, max_passes: int = 16) -> int:
         """Compact the dirtiest compacted logs, one pass each, until none is due (Kafka's
@@ -378,6 +442,8 @@ class BrokerApp:
             await asyncio.to_thread(self.broker.partitions.close)
         if self.logs is not None:
             await asyncio.to_thread(self.logs.close)
+        if self.quorum is not None:
+            await self.quorum.close()
         if self.metadata is not None:
             self.metadata.close()
 

@@ -24,7 +24,12 @@ from tidelog.metadata.controller.configs import (
     describe_configs,
     effective_broker_config,
 )
-from tidelog.metadata.controller.core import Controller, Listener
+from tidelog.metadata.controller.core import (
+    Controller,
+    Listener,
+    NotControllerError,
+    QuorumCommit,
+)
 from tidelog.metadata.controller.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 from tidelog.metadata.controller.scram import (
     AlterScramResult,
@@ -51,8 +56,8 @@ __all__ = [
     "PRODUCER_ID_BLOCK_SIZE",
     "TRANSACTION_STATE_TOPIC",
     "AlterConfigOp",
-    "AlterScramResult",
     "AlterConfigsResource",
+    "AlterScramResult",
     "ConfigResourceResult",
     "Controller",
     "ControllerResult",
@@ -67,7 +72,9 @@ __all__ = [
     "Listener",
     "NewPartitions",
     "NewTopic",
+    "NotControllerError",
     "ProducerIdBlock",
+    "QuorumCommit",
     "ScramDeletion",
     "ScramUpsertion",
     "describe_configs",

@@ -50,6 +50,9 @@ class ControllerView:
     #: The offset the first record of this operation will get (a broker epoch is the
     #: offset of its registration); None: the one after the image's.
     next_offset: int | None = None
+    #: The largest replication factor a topic may have here (None: as many as there are
+    #: unfenced brokers).
+    max_replication_factor: int | None = None
 
     @property
     def node_id(self) -> int:

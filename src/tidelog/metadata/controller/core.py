@@ -29,7 +29,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from tidelog.metadata.acls import AclBinding, AclBindingFilter
 from tidelog.metadata.configs import BrokerConfig
@@ -75,13 +75,51 @@ from tidelog.protocol.error_codes import ErrorCode
 from tidelog.runtime.system import Runtime, random_uuid
 from tidelog.storage.errors import StorageError
 
-__all__ = ["Controller", "Listener"]
+__all__ = ["Controller", "Listener", "NotControllerError", "QuorumCommit"]
 
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 #: A publisher of the loader: (new image, delta) after each committed change.
 Listener = Publisher
+
+
+class NotControllerError(MetadataError):
+    """This node's controller is not the active one (it does not lead the metadata quorum,
+    or has not loaded everything its leadership starts from): the operation changed
+    nothing and belongs to the active controller (Kafka's NOT_CONTROLLER). ``leader_id``
+    is the quorum leader this node knows, if any."""
+
+    code = ErrorCode.NOT_CONTROLLER
+
+    def __init__(self, leader_id: int | None, reason: str) -> None:
+        super().__init__(reason)
+        self.leader_id = leader_id
+
+
+class QuorumCommit(Protocol):
+    """The commit path of a controller that is one voter of a metadata quorum (given by
+    the node's asyncio side, :mod:`tidelog.broker.quorum`). Called under the controller's
+    lock from a worker thread."""
+
+    def active_epoch(self) -> int:
+        """The quorum epoch this node leads with everything before it loaded; raises
+        :class:`NotControllerError` when it is not the active controller."""
+        ...
+
+    def next_offset(self) -> int:
+        """The offset the next committed record will get."""
+        ...
+
+    def commit(self, records: Sequence[MetadataRecord]) -> int:
+        """Propose ``records`` as one entry and return its last offset once it is committed
+        and loaded into the image; :class:`NotControllerError` if leadership was lost."""
+        ...
+
+    def create_topic_at_active(self, topic: NewTopic) -> CreateTopicResult:
+        """Have the active controller create ``topic`` (a CreateTopics sent to it) and
+        return its answer once this node has loaded the result."""
+        ...
 
 
 class Controller:
@@ -110,8 +148,15 @@ class Controller:
         self._lock = threading.RLock()
         self._failure: str | None = None
         self.broker_epoch = -1
-        # Broker sessions: this controller is the active one (the only one, until Raft).
+        # Broker sessions: a single node's controller is always the active one; a quorum
+        # voter's is active while it leads (see _view).
         self._cluster = ClusterControl(config.get_int("broker.session.timeout.ms"))
+        #: Set on a quorum voter (``controller.quorum.voters``): commits go through Raft.
+        self._quorum: QuorumCommit | None = None
+        self._quorum_mode = config.quorum_mode
+        self._active_epoch: int | None = None
+        if self._quorum_mode:
+            self._cluster.deactivate()
         # First publisher, so that every other one sees the config of its image.
         loader.add_publisher(self._follow_config)
 
@@ -155,13 +200,72 @@ class Controller:
         if delta.changed_broker_configs:
             self._config = effective_broker_config(self._static, image)
 
-    def _view(self) -> ControllerView:
+    def use_quorum(self, quorum: QuorumCommit) -> None:
+        """Commit through ``quorum`` from now on (a quorum voter, once its driver runs)."""
+        with self._lock:
+            self._quorum = quorum
+
+    @property
+    def quorum_mode(self) -> bool:
+        return self._quorum_mode
+
+    def is_active(self) -> bool:
+        """Whether this controller may take operations now (always on a single node)."""
+        if not self._quorum_mode:
+            return True
+        quorum = self._quorum
+        if quorum is None:
+            return False
+        try:
+            quorum.active_epoch()
+        except NotControllerError:
+            return False
+        return True
+
+    def _local_view(self) -> ControllerView:
+        """The committed image as this node has it, for planning what to ask the active
+        controller for (never for committing)."""
         return ControllerView(
             self.image,
             self._config,
             self._static,
             self._runtime.random,
-            next_offset=self._log.end_offset,
+            max_replication_factor=1 if self._quorum_mode else None,
+        )
+
+    def _view(self) -> ControllerView:
+        """The view an operation checks against. On a quorum voter, only while it is the
+        active controller (else NotControllerError): broker sessions start afresh each
+        time it becomes active and are dropped when it stops being so."""
+        if not self._quorum_mode:
+            return ControllerView(
+                self.image,
+                self._config,
+                self._static,
+                self._runtime.random,
+                next_offset=self._log.end_offset,
+            )
+        try:
+            if self._quorum is None:
+                raise NotControllerError(None, "the metadata quorum is not running yet")
+            epoch = self._quorum.active_epoch()
+        except NotControllerError:
+            if self._active_epoch is not None:
+                self._active_epoch = None
+                self._cluster.deactivate()
+            raise
+        if self._active_epoch != epoch:
+            self._active_epoch = epoch
+            self._cluster.activate()
+        return ControllerView(
+            self.image,
+            self._config,
+            self._static,
+            self._runtime.random,
+            next_offset=self._quorum.next_offset(),
+            # Until partitions are replicated (issue 21), a topic has one replica per
+            # partition in a cluster of several nodes.
+            max_replication_factor=1,
         )
 
     # -- the commit path ---------------------------------------------------------------
@@ -189,6 +293,11 @@ class Controller:
         """
         if self._failure is not None:
             return ApiError(ErrorCode.UNKNOWN_SERVER_ERROR, self._failure)
+        if self._quorum is not None:
+            # Committed by a majority and loaded (the loader is fed by the quorum) before
+            # it returns; a lost leadership raises NotControllerError.
+            self._quorum.commit(records)
+            return OK
         try:
             first = self._log.append(records, leader_epoch=self._epoch)
         except (StorageError, OSError) as exc:
@@ -314,7 +423,16 @@ class Controller:
         """Create ``name`` for a Metadata request that allows auto-creation (see
         :func:`~tidelog.metadata.controller.topics.auto_create_topic`)."""
         with self._lock:
-            return self._commit_result(topics.auto_create_topic(self._view(), name))
+            if self._quorum is not None and not self.is_active():
+                # Kafka's brokers forward auto-creation to the active controller too.
+                spec = topics.auto_create_spec(self._local_view(), name)
+                if isinstance(spec, CreateTopicResult):
+                    return spec
+                quorum = self._quorum
+            else:
+                return self._commit_result(topics.auto_create_topic(self._view(), name))
+        # Outside the lock: the answer comes from another node.
+        return quorum.create_topic_at_active(spec)
 
     def delete_topics(
         self, names: Sequence[str] = (), topic_ids: Sequence[uuid.UUID] = ()

@@ -176,6 +176,24 @@ def _check_replicas(
     return None
 
 
+def _replication_error(view: ControllerView, factor: int) -> ApiError | None:
+    """INVALID_REPLICATION_FACTOR for a factor this cluster cannot serve yet."""
+    limit = view.max_replication_factor
+    if limit is not None and factor > limit:
+        return ApiError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {factor} is not supported yet: partitions are not "
+            f"replicated between the nodes of a cluster, use {limit}",
+        )
+    return None
+
+
+def _internal_replication_factor(view: ControllerView, configured: int) -> int:
+    factor = min(configured, len(view.live_brokers()))
+    limit = view.max_replication_factor
+    return factor if limit is None else min(factor, limit)
+
+
 def _placement(
     view: ControllerView, start: int, count: int, replication_factor: int
 ) -> list[list[int]]:
@@ -265,6 +283,8 @@ def _plan_topic(
             if error is not None:
                 return error, [], None
         error = _consistent_replication(assignments, len(assignments[0]))
+        if error is None:
+            error = _replication_error(view, len(assignments[0]))
         if error is not None:
             return error, [], None
     else:
@@ -294,6 +314,9 @@ def _plan_topic(
                 [],
                 None,
             )
+        error = _replication_error(view, factor)
+        if error is not None:
+            return error, [], None
         if factor > len(brokers):
             return (
                 ApiError(
@@ -384,11 +407,26 @@ def auto_create_topic(view: ControllerView, name: str) -> ControllerResult[Creat
     for the internal topics, which are created with their own settings whenever a
     coordinator needs them. An existing topic gives TOPIC_ALREADY_EXISTS.
     """
+    topic = auto_create_spec(view, name)
+    if isinstance(topic, CreateTopicResult):
+        return ControllerResult(topic)
+    created = create_topics(view, [topic])
+    failed = created.failed
+    return ControllerResult(
+        created.response[0],
+        created.items,
+        None if failed is None else lambda errors: failed(errors)[0],
+    )
+
+
+def auto_create_spec(view: ControllerView, name: str) -> NewTopic | CreateTopicResult:
+    """The topic auto-creation of ``name`` asks for (what a node that is not the active
+    controller sends it in a CreateTopics), or the failed result when it is off."""
     if name == OFFSETS_TOPIC:
         topic = NewTopic(
             name,
             view.config.offsets_topic_num_partitions,
-            min(view.config.offsets_topic_replication_factor, len(view.live_brokers())),
+            _internal_replication_factor(view, view.config.offsets_topic_replication_factor),
             configs={
                 "cleanup.policy": "compact",
                 "compression.type": "producer",
@@ -399,9 +437,8 @@ def auto_create_topic(view: ControllerView, name: str) -> ControllerResult[Creat
         topic = NewTopic(
             name,
             view.config.get_int("transaction.state.log.num.partitions"),
-            min(
-                view.config.get_int("transaction.state.log.replication.factor"),
-                len(view.live_brokers()),
+            _internal_replication_factor(
+                view, view.config.get_int("transaction.state.log.replication.factor")
             ),
             configs={
                 "cleanup.policy": "compact",
@@ -411,24 +448,16 @@ def auto_create_topic(view: ControllerView, name: str) -> ControllerResult[Creat
             },
         )
     elif not view.config.auto_create_topics_enable:
-        return ControllerResult(
-            CreateTopicResult(
-                name,
-                ApiError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {name!r} does not exist and auto.create.topics.enable is false",
-                ),
-            )
+        return CreateTopicResult(
+            name,
+            ApiError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {name!r} does not exist and auto.create.topics.enable is false",
+            ),
         )
     else:
         topic = NewTopic(name)
-    created = create_topics(view, [topic])
-    failed = created.failed
-    return ControllerResult(
-        created.response[0],
-        created.items,
-        None if failed is None else lambda errors: failed(errors)[0],
-    )
+    return topic
 
 
 def delete_topics(
@@ -546,6 +575,9 @@ def _plan_partitions(
             [],
         )
     factor = topic.replication_factor
+    error = _replication_error(view, factor)
+    if error is not None:
+        return error, []
     if request.assignments is not None:
         if len(request.assignments) != added:
             return (
