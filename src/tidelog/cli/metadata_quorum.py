@@ -15,9 +15,12 @@ from typing import Any
 
 from tidelog.cli.output import UsageError, guarded, print_table
 from tidelog.client import Admin, ClientError, QuorumInfo, QuorumReplica
+from tidelog.protocol import ErrorCode
 
 # Added to a failure through --bootstrap-server: brokers that do not pass DescribeQuorum on.
 _CONTROLLER_HINT = "ask a controller listener with --bootstrap-controller HOST:PORT[,HOST:PORT]"
+# Added when every controller asked said it does not lead.
+_LEADER_HINT = "only the quorum's leader answers: give every voter's controller address"
 
 
 def add_parser(commands: Any) -> None:
@@ -56,6 +59,8 @@ def describe_quorum(bootstrap: str, *, through_broker: bool) -> QuorumInfo:
         except ClientError as exc:
             if through_broker:
                 raise ClientError(f"{exc}; {_CONTROLLER_HINT}", code=exc.code) from None
+            if exc.code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise ClientError(f"{exc}; {_LEADER_HINT}", code=exc.code) from None
             raise
     return quorum
 
@@ -89,7 +94,9 @@ def status_lines(cluster_id: str | None, quorum: QuorumInfo) -> list[tuple[str, 
     if leader is not None and followers:
         furthest = min(followers, key=lambda r: r.log_end_offset)
         max_lag = max(0, leader.log_end_offset - furthest.log_end_offset)
-        if furthest.last_caught_up_timestamp < 0 or leader.last_caught_up_timestamp < 0:
+        if max_lag == 0:
+            lag_time = 0  # every follower holds the leader's whole log
+        elif furthest.last_caught_up_timestamp < 0 or leader.last_caught_up_timestamp < 0:
             lag_time = -1
         else:
             lag_time = max(0, leader.last_caught_up_timestamp - furthest.last_caught_up_timestamp)

@@ -119,6 +119,10 @@ def _resource_type(resource: ConfigResource) -> int:
         ) from None
 
 
+def _describe_error(answer: ErrorCode | str) -> str:
+    return f"{answer.name} ({answer.message})" if isinstance(answer, ErrorCode) else answer
+
+
 def _check(errors: Mapping[object, ClientError], what: str) -> None:
     if errors:
         raise PartialFailureError(what, errors)
@@ -439,6 +443,7 @@ class AIOAdmin:
         brokers that pass DescribeQuorum on) until one answers, as Kafka's admin client
         reaches the active controller."""
         failures: list[str] = []
+        not_leaders = 0
         for host, port in self.config["bootstrap.servers"]:
             address = f"{host}:{port}"
             try:
@@ -455,10 +460,14 @@ class AIOAdmin:
                 await conn.close()
             if isinstance(answer, QuorumInfo):
                 return answer
-            failures.append(f"{address}: {answer}")
-        raise ClientError("DescribeQuorum: " + "; ".join(failures))
+            not_leaders += answer is ErrorCode.NOT_LEADER_OR_FOLLOWER
+            failures.append(f"{address}: {_describe_error(answer)}")
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER if not_leaders == len(failures) else None
+        raise ClientError("DescribeQuorum: " + "; ".join(failures), code=code)
 
-    async def _describe_quorum_at(self, conn: Connection) -> QuorumInfo | str:
+    async def _describe_quorum_at(self, conn: Connection) -> QuorumInfo | ErrorCode | str:
+        """The quorum, or why this address did not describe it (an error code it answered,
+        or a sentence)."""
         served = conn.broker_ranges.get(ApiKey.DESCRIBE_QUORUM)
         if served is None:
             return "does not serve DescribeQuorum (not a controller listener)"
@@ -479,7 +488,7 @@ class AIOAdmin:
         if code is ErrorCode.NONE and partition is not None:
             code = ErrorCode.from_wire(int(partition.error_code))
         if code is not ErrorCode.NONE or partition is None:
-            return f"{code.name} ({code.message})"
+            return code
 
         def replica(r: Any) -> QuorumReplica:
             return QuorumReplica(
