@@ -17,7 +17,10 @@ Handlers reach everything through ``ctx.broker`` (a :class:`Broker`):
 * ``transactions`` — the transaction coordinator's driver (:mod:`tidelog.broker.transactions`);
 * ``transaction_verifier`` — asked before a transactional batch starts a transaction on a
   partition (:class:`~tidelog.broker.produce_validation.TransactionVerifier`); the
-  transaction coordinator replaces the default, which refuses them all.
+  transaction coordinator replaces the default, which refuses them all;
+* ``authorizer`` — the ACL decision over the image's ACLs
+  (:class:`~tidelog.security.authorizer.Authorizer`), rebuilt when they change; None when
+  ``authorizer.class.name`` is empty (no authorization).
 
 Every metadata change reaches :meth:`Broker.apply_metadata` on the event loop thread, in
 the order the changes were committed, *before* the handler that caused it resumes: the
@@ -41,6 +44,7 @@ from tidelog.metadata.configs import BrokerConfig, topic_log_config
 from tidelog.metadata.controller import Controller
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode, VersionRange
+from tidelog.security.authorizer import Authorizer, configured_authorizer
 from tidelog.storage import LogConfig
 
 if TYPE_CHECKING:
@@ -100,6 +104,8 @@ class Broker:
         self.transaction_verifier: TransactionVerifier = RefuseTransactions()
         #: ``slow.request.threshold.ms``'s log, set by the app (None: off)
         self.slow_request_log: SlowRequestLog | None = None
+        #: the ACL decision, kept in step with the image by apply_metadata (None: off)
+        self.authorizer: Authorizer | None = None
 
     # -- metadata ------------------------------------------------------------------------
 
@@ -139,6 +145,9 @@ class Broker:
         removes partitions of topics the image no longer has, e.g. deleted while this
         broker was down.
         """
+        if delta is None or delta.changed_acls:
+            # Built whole from the image: ACL changes are rare, decisions are per request.
+            self.authorizer = configured_authorizer(self.config, image.acls.values())
         if delta is None:
             wanted = set(image.topics_by_name)
             for stale in {p.topic for p in self.partitions} - wanted:

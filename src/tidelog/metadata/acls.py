@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CLUSTER_NAME",
+    "STANDARD_AUTHORIZER",
     "WILDCARD",
     "WILDCARD_PRINCIPAL",
     "AclBinding",
@@ -22,6 +23,7 @@ __all__ = [
     "PatternType",
     "ResourceType",
     "acl_binding_error",
+    "parse_super_users",
 ]
 
 #: The name of the one CLUSTER resource.
@@ -161,3 +163,23 @@ class AclBindingFilter:
         if self.pattern_type != PatternType.ANY and binding.pattern_type != self.pattern_type:
             return False
         return self.resource_name is None or binding.resource_name == self.resource_name
+
+
+#: The one ``authorizer.class.name`` served: Kafka's KRaft authorizer, whose semantics
+#: :mod:`tidelog.security.authorizer` has (empty: no authorization).
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def parse_super_users(text: str) -> frozenset[str]:
+    """``super.users``: principals separated by ``;`` (``User:admin;User:ops``), as
+    Kafka splits them; ValueError naming the first entry that is not ``Type:name``."""
+    users = set()
+    for item in text.split(";"):
+        entry = item.strip()
+        if not entry:
+            continue
+        kind, sep, name = entry.partition(":")
+        if not sep or not kind or not name:
+            raise ValueError(f"{entry!r} is not a principal Type:name (e.g. User:admin)")
+        users.add(entry)
+    return frozenset(users)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidelog.metadata import kafka_config_names as kafka_names
+from tidelog.metadata.acls import STANDARD_AUTHORIZER, parse_super_users
 from tidelog.metadata.errors import ApiError
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.runtime.http_endpoints import parse_http_listener
@@ -1267,6 +1268,33 @@ _SECURITY_DOCS = {
     "authenticated on a SASL listener.",
     "connection.failed.authentication.delay.ms": "How long a connection whose authentication "
     "failed stays open after the broker's answer.",
+    "authorizer.class.name": f"{STANDARD_AUTHORIZER} turns ACLs on (CreateAcls, "
+    "DescribeAcls, DeleteAcls); empty: no authorization, and the ACL APIs answer "
+    "SECURITY_DISABLED.",
+    "super.users": "Principals allowed everything, separated by ';' (User:admin;User:ops).",
+    "allow.everyone.if.no.acl.found": "Whether a resource no ACL matches is open to everyone "
+    "(false: only super users).",
+}
+
+
+def _check_authorizer(name: str, value: ConfigValue) -> None:
+    if value not in ("", STANDARD_AUTHORIZER):
+        raise ConfigError(
+            name, format_value(value), f"the one authorizer served is {STANDARD_AUTHORIZER}"
+        )
+
+
+def _check_super_users(name: str, value: ConfigValue) -> None:
+    try:
+        parse_super_users(value if isinstance(value, str) else "")
+    except ValueError as exc:
+        raise ConfigError(name, format_value(value), str(exc)) from None
+
+
+# Checks of the Kafka keys above that are read at start, so a wrong value stops it.
+_SECURITY_CHECKS: dict[str, Check] = {
+    "authorizer.class.name": _check_authorizer,
+    "super.users": _check_super_users,
 }
 
 
@@ -1285,6 +1313,7 @@ def _kafka_only_defs(known: Collection[str]) -> list[ConfigDef]:
                 config_type,
                 None if default is None else _parse_typed(name, config_type, default),
                 security_doc or "Kafka broker config, accepted and stored.",
+                _SECURITY_CHECKS.get(name),
                 dynamic=mode != "read-only",
                 per_broker=mode == "per-broker",
                 per_listener=mode == "per-listener",

@@ -24,6 +24,9 @@ __all__ = ["BROKER_KEYS", "NO_EFFECT_REASONS", "TOPIC_KEYS", "no_effect_reason"]
 
 BROKER_KEYS: tuple[tuple[str, str, str | None, str], ...] = (
     ("advertised.listeners", "string", None, "read-only"),
+    # allow.everyone.if.no.acl.found and super.users: StandardAuthorizer's own keys, read
+    # from the broker's properties.
+    ("allow.everyone.if.no.acl.found", "boolean", "false", "read-only"),
     ("alter.config.policy.class.name", "class", None, "read-only"),
     ("alter.log.dirs.replication.quota.window.num", "int", "11", "read-only"),
     ("alter.log.dirs.replication.quota.window.size.seconds", "int", "1", "read-only"),
@@ -337,6 +340,7 @@ BROKER_KEYS: tuple[tuple[str, str, str | None, str], ...] = (
     ("ssl.truststore.location", "string", None, "per-listener"),
     ("ssl.truststore.password", "password", None, "per-listener"),
     ("ssl.truststore.type", "string", "JKS", "per-listener"),
+    ("super.users", "string", "", "read-only"),
     ("telemetry.max.bytes", "int", "1048576", "read-only"),
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", "10000", "read-only"),
     ("transaction.max.timeout.ms", "int", "900000", "read-only"),
@@ -397,7 +401,6 @@ NO_EFFECT_REASONS: tuple[tuple[str, str], ...] = (
     ("connections.max.reauth.ms", "re-authentication (KIP-368) is not supported"),
     ("principal.builder.class", "principals are formed as Kafka's default builder forms them"),
     ("security.", "a single node has no inter-broker traffic; no Java security providers"),
-    ("authorizer.class.name", "no authorizer plugins"),
     ("delegation.token.", "delegation tokens are not supported"),
     ("transaction.partition.verification.enable", "verification (KIP-890) is always on"),
     ("transaction.state.log.load.buffer.size", "__transaction_state is loaded 4 MiB at a time"),

@@ -95,6 +95,10 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.LIST_TRANSACTIONS,              0, 2),
     _serve(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0),
     _serve(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,   0, 0),
+    # Kafka 4 dropped v0 of the ACL APIs (KIP-896); every client sends v1 or later.
+    _serve(ApiKey.DESCRIBE_ACLS,                  1, 3),
+    _serve(ApiKey.CREATE_ACLS,                    1, 3),
+    _serve(ApiKey.DELETE_ACLS,                    1, 3),
 )
 # fmt: on
 

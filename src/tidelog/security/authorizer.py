@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from tidelog.metadata.acls import (
     CLUSTER_NAME,
+    STANDARD_AUTHORIZER,
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,
@@ -43,7 +44,9 @@ from tidelog.metadata.acls import (
     PatternType,
     ResourceType,
     acl_binding_error,
+    parse_super_users,
 )
+from tidelog.metadata.configs import BrokerConfig
 from tidelog.security.principal import KafkaPrincipal
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "PatternType",
     "ResourceType",
     "acl_binding_error",
+    "configured_authorizer",
 ]
 
 # An ALLOW of these operations also allows the key (ALLOW only).
@@ -139,3 +143,16 @@ class Authorizer:
         if allowed:
             return True
         return not any_acl and self.allow_everyone_if_no_acl_found
+
+
+def configured_authorizer(config: BrokerConfig, acls: Iterable[AclBinding]) -> Authorizer | None:
+    """The authorizer ``config`` asks for over ``acls``, or None when
+    ``authorizer.class.name`` is empty (no authorization). The configuration checked the
+    class name and ``super.users`` when it was loaded."""
+    if config.get_str("authorizer.class.name") != STANDARD_AUTHORIZER:
+        return None
+    return Authorizer(
+        acls,
+        super_users=parse_super_users(config.get_str("super.users") or ""),
+        allow_everyone_if_no_acl_found=config.get_bool("allow.everyone.if.no.acl.found"),
+    )

@@ -33,10 +33,11 @@ FIRST_RELEASE_APIS = {
     ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS,
     ApiKey.OFFSET_DELETE,
 }  # fmt: skip
-# Authentication (KIP-43, KIP-152) and SCRAM credentials (KIP-554).
+# Authentication (KIP-43, KIP-152), SCRAM credentials (KIP-554) and ACLs (KIP-140).
 SECURITY_APIS = {
     ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS,
+    ApiKey.DELETE_ACLS,
 }  # fmt: skip
 # Transactions (KIP-98, KIP-664) with the transaction coordinator and the partition leaders.
 TRANSACTION_APIS = {
