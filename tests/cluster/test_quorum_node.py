@@ -1,0 +1,195 @@
+"""Three combined broker+controller nodes in quorum mode, as clients see them: a change
+made through any node reaches the active controller (forwarded when that node is not it)
+and every node then serves it; topics are spread over the three brokers; the cluster
+outlives the SIGKILL of its leader and the killed node catches up when it comes back.
+
+Real `tidelog serve` processes on loopback (tests/cluster/cluster_harness.py), real clients
+(confluent-kafka) and raw requests through the protocol codec.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cluster_harness import Cluster, send_request, wait_until
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from tidelog.client.messages import build
+from tidelog.protocol import ApiKey, ErrorCode, request_class
+
+pytestmark = pytest.mark.slow
+
+NOT_REPLICATED = "not supported yet"
+
+
+def _admin(cluster: Cluster, node: int) -> AdminClient:
+    # Bootstrapped on one node only: that node takes the request (and forwards it).
+    return AdminClient({"bootstrap.servers": cluster.nodes[node].bootstrap, "log_level": 0})
+
+
+def _create(cluster: Cluster, node: int, topic: NewTopic) -> None:
+    admin = _admin(cluster, node)  # kept until the answer: a destroyed handle fails it
+    futures = admin.create_topics([topic], request_timeout=30)
+    futures[topic.topic].result(timeout=40)
+
+
+def _leaders(cluster: Cluster, node: int, topic: str) -> dict[int, int] | None:
+    response = cluster.metadata(node)
+    if response is None:
+        return None
+    for entry in response.topics:
+        if entry.name == topic and int(entry.error_code) == 0:
+            return {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
+    return None
+
+
+def _describe_cluster_brokers(cluster: Cluster, node: int) -> list[tuple[int, int]]:
+    request = build(
+        request_class(ApiKey.DESCRIBE_CLUSTER, 1),
+        {"include_cluster_authorized_operations": False, "endpoint_type": 1},
+    )
+    response = send_request("127.0.0.1", cluster.nodes[node].port, request)
+    assert int(response.error_code) == 0
+    return sorted((int(b.broker_id), int(b.port)) for b in response.brokers)
+
+
+def test_a_change_through_a_follower_is_forwarded_and_every_node_serves_it(
+    cluster: Cluster,
+) -> None:
+    leader = cluster.wait_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    _create(cluster, follower, NewTopic("forwarded", 3, 1))
+    # Only the leader commits; the follower answered once it had loaded the topic too.
+    assert cluster.leader() is not None and cluster.leader().leader_id == leader  # type: ignore[union-attr]
+    for n in cluster.nodes:
+        wait_until(lambda n=n: _leaders(cluster, n, "forwarded"), f"node {n} to list it")
+        assert cluster.brokers_seen_by(n) == [1, 2, 3]
+        # Every unfenced broker with the address of its client listener.
+        assert _describe_cluster_brokers(cluster, n) == sorted(
+            (m, node.port) for m, node in cluster.nodes.items()
+        )
+    ids = {n: (cluster.topics(n) or {}).get("forwarded") for n in cluster.nodes}
+    assert len(set(ids.values())) == 1 and None not in ids.values()
+
+    # More partitions and a config change, also through the follower.
+    admin = _admin(cluster, follower)
+    admin.create_partitions([NewPartitions("forwarded", 5)])["forwarded"].result(timeout=40)
+    for n in cluster.nodes:
+        wait_until(
+            lambda n=n: len(_leaders(cluster, n, "forwarded") or {}) == 5,
+            f"node {n} to list 5 partitions",
+        )
+
+
+def test_a_replication_factor_above_one_is_refused_until_replication_exists(
+    cluster: Cluster,
+) -> None:
+    leader = cluster.wait_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    for node in (leader, follower):
+        with pytest.raises(KafkaException) as info:
+            _create(cluster, node, NewTopic(f"replicated-{node}", 3, 3))
+        error = info.value.args[0]
+        assert error.code() == ErrorCode.INVALID_REPLICATION_FACTOR.value
+        assert NOT_REPLICATED in error.str()
+    # A replica assignment with two replicas per partition (a raw CreateTopics v7, as the
+    # follower receives it before forwarding it): the same refusal.
+    request = build(
+        request_class(ApiKey.CREATE_TOPICS, 7),
+        {
+            "topics": [
+                {
+                    "name": "replicated-by-hand",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [
+                        {"partition_index": 0, "broker_ids": [1, 2]},
+                        {"partition_index": 1, "broker_ids": [2, 3]},
+                    ],
+                    "configs": [],
+                }
+            ],
+            "timeout": 30000,
+            "validate_only": False,
+        },
+    )
+    response = send_request("127.0.0.1", cluster.nodes[follower].port, request, timeout=40)
+    (result,) = response.topics
+    assert int(result.error_code) == ErrorCode.INVALID_REPLICATION_FACTOR.value
+    assert NOT_REPLICATED in (result.error_message or "")
+    for n in cluster.nodes:
+        assert not any(t.startswith("replicated-") for t in cluster.topics(n) or {})
+
+
+def test_a_topic_spread_over_the_three_brokers_is_produced_and_consumed(
+    cluster: Cluster,
+) -> None:
+    cluster.wait_leader()
+    _create(cluster, 1, NewTopic("spread", 6, 1))
+    leaders = wait_until(lambda: _leaders(cluster, 3, "spread"), "node 3 to list the topic")
+    assert set(leaders.values()) == {1, 2, 3}
+    bootstrap = ",".join(node.bootstrap for node in cluster.nodes.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
+    failures: list[object] = []
+    for i in range(60):
+        producer.produce(
+            "spread",
+            key=str(i).encode(),
+            value=f"value-{i}".encode(),
+            partition=i % 6,
+            on_delivery=lambda err, _msg: failures.append(err) if err else None,
+        )
+    assert producer.flush(30) == 0
+    assert failures == []
+
+    # Consumed through another node's listener: each partition is read from its leader.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.nodes[2].bootstrap,
+            "group.id": "spread-reader",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition("spread", p, 0) for p in range(6)])
+        received: dict[int, list[bytes]] = {p: [] for p in range(6)}
+
+        def all_read() -> bool:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                received[message.partition()].append(message.value())
+            return sum(len(v) for v in received.values()) == 60
+
+        wait_until(all_read, "all 60 records to be consumed", 60)
+    finally:
+        consumer.close()
+    for p in range(6):
+        assert received[p] == [f"value-{i}".encode() for i in range(p, 60, 6)]
+
+
+def test_after_sigkill_of_the_leader_the_others_go_on_and_it_catches_up(
+    cluster: Cluster,
+) -> None:
+    before = cluster.leader()
+    assert before is not None
+    victim = before.leader_id
+    survivors = [n for n in cluster.nodes if n != victim]
+    cluster.nodes[victim].kill()
+    new_leader = cluster.wait_leader(survivors, after_epoch=before.epoch)
+    assert new_leader in survivors
+    # Through the survivor that does not lead: forwarded to the new leader.
+    other = next(n for n in survivors if n != new_leader)
+    _create(cluster, other, NewTopic("while-down", 2, 1))
+    for n in survivors:
+        wait_until(lambda n=n: _leaders(cluster, n, "while-down"), f"node {n} to list it")
+
+    cluster.nodes[victim].spawn()
+    cluster.wait_ready()
+    wait_until(
+        lambda: _leaders(cluster, victim, "while-down"),
+        f"the restarted node {victim} to list the topic created while it was down",
+    )
+    assert cluster.brokers_seen_by(victim) == [1, 2, 3]
+    seen = cluster.wait_converged()
+    assert "while-down" in seen[victim]
