@@ -11,6 +11,7 @@ from typing import Any
 
 from tidelog import __version__
 from tidelog.cli import (
+    acls,
     agent,
     cluster,
     configs,
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_parser(commands)
     consume.add_parser(commands)
     configs.add_parser(commands)
+    acls.add_parser(commands)
     groups.add_parser(commands)
     dump_log.add_parser(commands)
     perf.add_parser(commands)

@@ -41,6 +41,7 @@ from tidelog.client.types import (
     RecordMetadata,
     TopicPartition,
 )
+from tidelog.protocol.acls import AclBinding, AclBindingFilter
 
 T = TypeVar("T")
 
@@ -445,6 +446,17 @@ class Admin(_Facade):
         result: dict[str, list[tuple[str, int]]] = self._run(
             self._core.describe_user_scram_credentials(wanted)
         )
+        return result
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        self._run(self._core.create_acls(list(bindings)))
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        result: list[AclBinding] = self._run(self._core.describe_acls(acl_filter))
+        return result
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        result: list[list[AclBinding]] = self._run(self._core.delete_acls(list(filters)))
         return result
 
 

@@ -34,6 +34,12 @@
 //                    "state"}}, "described": {id: {"state", "producer_id", "epoch",
 //                    "timeout_ms", "partitions": ["topic-P", ...]}}}  (admin listTransactions,
 //                    describeTransactions)
+//   acls            {create?: [acl], describe?: filter, delete?: [filter]}  (admin createAcls,
+//                    describeAcls, deleteAcls) -> {"created": [null | error class, per acl],
+//                    "described": [acl] | {"error"}, "deleted": [[acl] | {"error"}, per filter]}.
+//                   An acl is {resource_type, name, pattern, principal, host, operation,
+//                   permission} with Java's enum names (TOPIC, PREFIXED, READ, ALLOW); a
+//                   filter the same, with ANY/MATCH values and null for any name.
 //   offsets-for-times {topic, timestamps: {"P": ts}} -> {"P": {"offset","timestamp"}|null}
 //                   (consumer offsetsForTimes, plus "beginning"/"end" from the consumer too)
 //   group-member    {topic, group, configs?}  (not in batch; runs until "stop" or end of stdin)
@@ -68,6 +74,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.DeleteAclsResult;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
@@ -88,13 +95,24 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AccessControlEntryFilter;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourcePatternFilter;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
@@ -178,6 +196,7 @@ public final class InteropClient {
                 case "delete-topic": result = deleteTopic(admin, o); break;
                 case "list-offsets": result = listOffsets(admin, o); break;
                 case "transactions": result = transactions(admin, o); break;
+                case "acls": result = acls(admin, o); break;
                 default: throw new IllegalArgumentException("unknown command " + command);
             }
             return List.of(result);
@@ -509,6 +528,87 @@ public final class InteropClient {
         out.put("listed", listed);
         out.put("described", described);
         return out;
+    }
+
+    private static Object acls(Admin admin, Map<String, Object> o) throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        if (o.get("create") != null) {
+            List<AclBinding> bindings = new ArrayList<>();
+            for (Object b : (List<?>) o.get("create")) bindings.add(aclBinding(asMap(b)));
+            Map<AclBinding, KafkaFuture<Void>> values = admin.createAcls(bindings).values();
+            List<Object> created = new ArrayList<>();
+            for (AclBinding b : bindings) {
+                try {
+                    values.get(b).get();
+                    created.add(null);
+                } catch (ExecutionException e) {
+                    created.add(e.getCause().getClass().getSimpleName());
+                }
+            }
+            out.put("created", created);
+        }
+        if (o.get("describe") != null) {
+            try {
+                List<Object> described = new ArrayList<>();
+                for (AclBinding b : admin.describeAcls(aclFilter(asMap(o.get("describe")))).values().get()) {
+                    described.add(aclJson(b));
+                }
+                out.put("described", described);
+            } catch (ExecutionException e) {
+                out.put("described", Map.of("error", e.getCause().getClass().getSimpleName()));
+            }
+        }
+        if (o.get("delete") != null) {
+            List<AclBindingFilter> filters = new ArrayList<>();
+            for (Object f : (List<?>) o.get("delete")) filters.add(aclFilter(asMap(f)));
+            Map<AclBindingFilter, KafkaFuture<DeleteAclsResult.FilterResults>> values =
+                    admin.deleteAcls(filters).values();
+            List<Object> deleted = new ArrayList<>();
+            for (AclBindingFilter f : filters) {
+                try {
+                    List<Object> acls = new ArrayList<>();
+                    for (DeleteAclsResult.FilterResult r : values.get(f).get().values()) {
+                        acls.add(r.exception() == null ? aclJson(r.binding())
+                                : Map.of("error", r.exception().getClass().getSimpleName()));
+                    }
+                    deleted.add(acls);
+                } catch (ExecutionException e) {
+                    deleted.add(Map.of("error", e.getCause().getClass().getSimpleName()));
+                }
+            }
+            out.put("deleted", deleted);
+        }
+        return out;
+    }
+
+    private static AclBinding aclBinding(Map<String, Object> a) {
+        return new AclBinding(
+                new ResourcePattern(ResourceType.valueOf(str(a, "resource_type")), str(a, "name"),
+                        PatternType.valueOf(str(a, "pattern"))),
+                new AccessControlEntry(str(a, "principal"), str(a, "host"),
+                        AclOperation.valueOf(str(a, "operation")),
+                        AclPermissionType.valueOf(str(a, "permission"))));
+    }
+
+    private static AclBindingFilter aclFilter(Map<String, Object> f) {
+        return new AclBindingFilter(
+                new ResourcePatternFilter(ResourceType.valueOf(str(f, "resource_type")),
+                        (String) f.get("name"), PatternType.valueOf(str(f, "pattern"))),
+                new AccessControlEntryFilter((String) f.get("principal"), (String) f.get("host"),
+                        AclOperation.valueOf(str(f, "operation")),
+                        AclPermissionType.valueOf(str(f, "permission"))));
+    }
+
+    private static Map<String, Object> aclJson(AclBinding b) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("resource_type", b.pattern().resourceType().name());
+        m.put("name", b.pattern().name());
+        m.put("pattern", b.pattern().patternType().name());
+        m.put("principal", b.entry().principal());
+        m.put("host", b.entry().host());
+        m.put("operation", b.entry().operation().name());
+        m.put("permission", b.entry().permissionType().name());
+        return m;
     }
 
     private static Object listTopics(Admin admin) throws Exception {

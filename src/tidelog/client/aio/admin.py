@@ -57,6 +57,14 @@ from tidelog.client.types import (
     TopicPartition,
 )
 from tidelog.protocol import ApiKey, ErrorCode
+from tidelog.protocol.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
 RESOURCE_TYPES = {"topic": 2, "broker": 4, "broker_logger": 8}
 _RESOURCE_NAMES = {v: k for k, v in RESOURCE_TYPES.items()}
@@ -958,6 +966,87 @@ class AIOAdmin:
             ]
         _check(errors, "describe SCRAM credentials")
         return out
+
+    # -- ACLs (KIP-140) ----------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Create ``bindings`` (one that exists already is accepted); PartialFailureError
+        keyed by binding for those refused (INVALID_REQUEST, SECURITY_DISABLED...)."""
+        wanted = list(bindings)
+        creations = [
+            {"resource_type": b.resource_type, "resource_name": b.resource_name,
+             "resource_pattern_type": b.pattern_type, "principal": b.principal,
+             "host": b.host, "operation": b.operation, "permission_type": b.permission}
+            for b in wanted
+        ]  # fmt: skip
+        response = await self._call_controller(ApiKey.CREATE_ACLS, {"creations": creations})
+        errors: dict[object, ClientError] = {}
+        for binding, result in zip(wanted, response.results, strict=True):
+            err = _item_error(result.error_code, result.error_message, "create ACL")
+            if err is not None:
+                errors[binding] = err
+        _check(errors, "create ACLs")
+
+    async def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (every ACL when None)."""
+        response = await self._call_controller(
+            ApiKey.DESCRIBE_ACLS, _filter_fields(acl_filter or AclBindingFilter())
+        )
+        err = _item_error(response.error_code, response.error_message, "describe ACLs")
+        if err is not None:
+            raise err
+        return [
+            _binding(r.resource_type, r.resource_name, r.pattern_type, acl)
+            for r in response.resources
+            for acl in r.acls
+        ]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Delete the ACLs each filter matches; per filter, the ACLs it deleted.
+        PartialFailureError keyed by filter for the filters refused."""
+        wanted = list(filters)
+        response = await self._call_controller(
+            ApiKey.DELETE_ACLS, {"filters": [_filter_fields(f) for f in wanted]}
+        )
+        deleted: list[list[AclBinding]] = []
+        errors: dict[object, ClientError] = {}
+        for acl_filter, result in zip(wanted, response.filter_results, strict=True):
+            err = _item_error(result.error_code, result.error_message, "delete ACLs")
+            if err is not None:
+                errors[acl_filter] = err
+            deleted.append(
+                [
+                    _binding(m.resource_type, m.resource_name, m.pattern_type, m)
+                    for m in result.matching_acls
+                ]
+            )
+        _check(errors, "delete ACLs")
+        return deleted
+
+
+def _filter_fields(acl_filter: AclBindingFilter) -> dict[str, Any]:
+    """The fields DescribeAcls and a DeleteAcls filter share."""
+    return {
+        "resource_type_filter": acl_filter.resource_type,
+        "resource_name_filter": acl_filter.resource_name,
+        "pattern_type_filter": acl_filter.pattern_type,
+        "principal_filter": acl_filter.principal,
+        "host_filter": acl_filter.host,
+        "operation": acl_filter.operation,
+        "permission_type": acl_filter.permission,
+    }
+
+
+def _binding(resource_type: Any, name: str, pattern_type: Any, entry: Any) -> AclBinding:
+    return AclBinding(
+        ResourceType(int(resource_type)),
+        name,
+        PatternType(int(pattern_type)),
+        entry.principal,
+        entry.host,
+        AclOperation(int(entry.operation)),
+        AclPermissionType(int(entry.permission_type)),
+    )
 
 
 # Kafka's SCRAM mechanism type ids and their hashes (the client cannot use the broker's table).
