@@ -458,6 +458,10 @@ class Cluster:
             raise AssertionError(f"nodes never agreed on their topics: {seen}") from None
         return converged
 
+    def snapshots(self, n: int) -> list[Path]:
+        """Node ``n``'s metadata snapshot files (KIP-630 ``.checkpoint``)."""
+        return sorted((self.nodes[n].data_dir / f"{METADATA_TOPIC}-0").glob("*.checkpoint"))
+
     def metadata_log(self, n: int) -> list[tuple[int, int, tuple[bytes, ...]]]:
         """(offset, epoch, records) of every entry in node ``n``'s metadata log files, in
         order: the log as the disk holds it (read while the node is stopped). Records, not

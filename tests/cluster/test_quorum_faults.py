@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from cluster_harness import (
@@ -31,6 +32,8 @@ from cluster_harness import (
 )
 
 pytestmark = pytest.mark.slow
+
+SNAPSHOT_BYTES = "metadata.log.max.record.bytes.between.snapshots"
 
 
 def _others(cluster: Cluster, node: int) -> list[int]:
@@ -174,19 +177,42 @@ def test_a_node_cut_off_commits_nothing_and_catches_up_after_healing(cluster: Cl
     _check(cluster, loop.history, "cut")
 
 
-def test_all_three_stopped_and_started_keep_the_same_metadata(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cluster = Cluster(tmp_path)
+def _restart_all(cluster: Cluster, prefix: str) -> None:
+    """Creates, all three stopped and started again: the same topics with the same ids."""
+    with CreateLoop(cluster, prefix) as loop:
+        loop.wait_acknowledged(40)
+    before = _check(cluster, loop.history, prefix)
+    cluster.stop()
+    for node in cluster.nodes.values():
+        node.spawn()
+    cluster.wait_ready()
+    assert cluster.wait_converged() == before
+
+
+def test_all_three_stopped_and_started_keep_the_same_metadata(cluster: Cluster) -> None:
+    _restart_all(cluster, "restart")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a quorum node takes no metadata snapshot yet: the snapshot policy "
+    "(metadata/controller/snapshots.py) is not run by the quorum driver (broker/quorum.py), "
+    "so no .checkpoint file is ever written in quorum mode",
+)
+def test_all_three_restarted_from_snapshot_plus_log(tmp_path: Path) -> None:
+    # A snapshot every few KiB of records: forty creates leave several, and a log after.
+    cluster = Cluster(tmp_path, overrides={SNAPSHOT_BYTES: "4096"})
     try:
         cluster.start()
-        with CreateLoop(cluster, "restart") as loop:
+        with CreateLoop(cluster, "snap") as loop:
             loop.wait_acknowledged(40)
-        before = _check(cluster, loop.history, "restart")
-        cluster.stop()
-        for node in cluster.nodes.values():
-            node.spawn()
-        cluster.wait_ready()
-        after = cluster.wait_converged()
-        assert after == before
+        wait_until(
+            lambda: all(cluster.snapshots(n) for n in cluster.nodes),
+            "a metadata snapshot on every node",
+            30,
+        )
+        _check(cluster, loop.history, "snap")
+        _restart_all(cluster, "snap-after")
     finally:
         cluster.close()
 
