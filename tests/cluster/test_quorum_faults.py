@@ -159,6 +159,12 @@ def test_a_node_cut_off_commits_nothing_and_catches_up_after_healing(cluster: Cl
         assert cluster.topics(cut) == frozen
         majority_view = cluster.topics(majority[0])
         assert majority_view is not None and set(frozen) < set(majority_view)
+        # Its heartbeats no longer reach the controller: the majority fences its broker.
+        wait_until(
+            lambda: _fenced(cluster, majority[0]) == {cut},
+            f"node {cut}'s broker to be fenced",
+            30,
+        )
         healed_at = time.monotonic()
         cluster.net.heal()
         loop.wait_acknowledged(5)
@@ -175,6 +181,16 @@ def test_a_node_cut_off_commits_nothing_and_catches_up_after_healing(cluster: Cl
     )
     cluster.wait_ready()
     _check(cluster, loop.history, "cut")
+
+
+def _fenced(cluster: Cluster, node: int) -> set[int]:
+    """The brokers node ``node`` says are fenced (DescribeCluster with fenced brokers)."""
+    from tidelog.client import Admin
+
+    with Admin({"bootstrap.servers": cluster.nodes[node].bootstrap}) as admin:
+        brokers = admin.describe_cluster(include_fenced_brokers=True).brokers
+    assert {b.node_id for b in brokers} == set(cluster.nodes)
+    return {b.node_id for b in brokers if b.fenced}
 
 
 def _restart_all(cluster: Cluster, prefix: str) -> None:
