@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tidelog.client.messages import build
+from tidelog.coordinator.hashing import partition_for_group
 from tidelog.protocol import ApiKey, ErrorCode, request_class
 
 pytestmark = pytest.mark.slow
@@ -193,3 +194,61 @@ def test_after_sigkill_of_the_leader_the_others_go_on_and_it_catches_up(
     assert cluster.brokers_seen_by(victim) == [1, 2, 3]
     seen = cluster.wait_converged()
     assert "while-down" in seen[victim]
+
+
+def test_consumer_groups_are_coordinated_by_the_leaders_of_their_offsets_partitions(
+    cluster: Cluster,
+) -> None:
+    cluster.wait_leader()
+    _create(cluster, 1, NewTopic("grouped", 3, 1))
+    bootstrap = ",".join(node.bootstrap for node in cluster.nodes.values())
+    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
+    for i in range(30):
+        producer.produce("grouped", value=f"g-{i}".encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+
+    groups = [f"group-{i}" for i in range(4)]
+    coordinators = {}
+    for group in groups:
+        # FindCoordinator through node 1 (the first one creates __consumer_offsets, through
+        # the active controller) names the leader of the group's partition.
+        request = build(request_class(ApiKey.FIND_COORDINATOR, 2), {"key": group, "key_type": 0})
+
+        def found(group: str = group, request: object = request) -> int | None:
+            response = send_request("127.0.0.1", cluster.nodes[1].port, request)
+            return int(response.node_id) if int(response.error_code) == 0 else None
+
+        coordinators[group] = wait_until(found, f"a coordinator for {group}", 60)
+    offsets = _leaders(cluster, 1, "__consumer_offsets")
+    assert offsets is not None and set(offsets.values()) == {1, 2, 3}
+    partitions = len(offsets)
+    for group, node in coordinators.items():
+        assert offsets[partition_for_group(group, partitions)] == node
+    assert len(set(coordinators.values())) > 1, coordinators
+
+    for group in groups:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.nodes[1].bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "log_level": 0,
+            }
+        )
+        try:
+            consumer.subscribe(["grouped"])
+            seen: list[bytes] = []
+
+            def read_all(consumer: Consumer = consumer, seen: list[bytes] = seen) -> bool:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    seen.append(message.value())
+                return len(seen) == 30
+
+            wait_until(read_all, f"{group} to read the 30 records", 60)
+            consumer.commit(asynchronous=False)
+            committed = consumer.committed([TopicPartition("grouped", p) for p in range(3)])
+            assert sorted(tp.offset for tp in committed) == [10, 10, 10]
+        finally:
+            consumer.close()

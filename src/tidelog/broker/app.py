@@ -186,6 +186,10 @@ class BrokerApp:
             # a worker thread: queue the change on the loop ahead of the operation's
             # completion (see broker.py).
             loop.call_soon_threadsafe(broker.apply_metadata, image, delta)
+            if self.quorum is not None:
+                # Leaderships of the internal topics move between nodes: each coordinator
+                # owns the partitions its node leads.
+                loop.call_soon_threadsafe(self._sync_coordinators)
 
         node.loader.add_publisher(on_change)
         quorum: QuorumNode | None = None
@@ -368,6 +372,14 @@ class BrokerApp:
             _log.warning("broker %d was unregistered; registering it again", controller.node_id)
             controller.register_local_broker()
         controller.tick(self.clock())
+
+    def _sync_coordinators(self) -> None:
+        broker = self.broker
+        if broker is None:
+            return
+        for driver in (broker.groups, broker.transactions):
+            if driver is not None and not driver.stopped:
+                driver.sync_with_metadata()
 
     async def _quorum_heartbeats(self, interval_ms: int) -> None:
         """A quorum voter's broker heartbeats the active controller (registering again if

@@ -17,8 +17,10 @@ dispatch that brings the next deadline forward wakes it.
 The topic. It is created through the controller on the first FindCoordinator that needs it
 (compacted, with its own settings); until its partitions are created and loaded
 FindCoordinator answers COORDINATOR_NOT_AVAILABLE, and requests for a partition being
-loaded get COORDINATOR_LOAD_IN_PROGRESS from the coordinator, as in Kafka. This node leads
-every partition, so the coordinator owns all of them once loaded. The number of partitions
+loaded get COORDINATOR_LOAD_IN_PROGRESS from the coordinator, as in Kafka. The coordinator
+owns the partitions this node leads (on a single node, all of them) and gives up one whose
+leadership moved to another node; FindCoordinator names the leader of a key's partition
+(:meth:`CoordinatorDriver.leader_of`). The number of partitions
 is the topic's when it exists (Kafka's rule: the config only sizes a topic yet to be
 created).
 
@@ -373,6 +375,20 @@ class CoordinatorDriver(Generic[C]):
 
     # -- the topic
 
+    def sync_with_metadata(self) -> bool:
+        """Take the topic's partitions this node leads and does not own yet, and give up
+        the ones another node leads now; False: no such topic."""
+        return self._sync_with_metadata()
+
+    def leader_of(self, key: str) -> int | None:
+        """The broker leading the topic partition of ``key`` (None: no topic, or no
+        leader)."""
+        topic = self._broker.image.topic(self.topic)
+        if topic is None:
+            return None
+        partition = topic.partitions.get(self.coordinator.partition_for(key))
+        return partition.leader if partition is not None and partition.leader >= 0 else None
+
     def _sync_with_metadata(self) -> bool:
         """Take the topic's partitions not taken yet; False: no such topic."""
         topic = self._broker.image.topic(self.topic)
@@ -382,7 +398,23 @@ class CoordinatorDriver(Generic[C]):
         if not self._taken and count != self._configured_partitions():
             # Nothing is owned yet, so the coordinator holds no state to lose.
             self._resize(count)
-        new = sorted(p for p in topic.partitions if p not in self._taken)
+        node = self._broker.node_id
+        # A partition without a leader (its broker fenced) stays where it is: nobody else
+        # may serve its groups meanwhile.
+        moved = sorted(
+            p
+            for p in self._taken
+            if (part := topic.partitions.get(p)) is not None and part.leader not in (node, -1)
+        )
+        for p in moved:
+            self._taken.discard(p)
+            self._ready.discard(p)
+            self._dispatch(self.coordinator.unload_partition(p))
+        new = sorted(
+            p
+            for p, part in topic.partitions.items()
+            if p not in self._taken and part.leader == node
+        )
         if new:
             for p in new:
                 self._taken.add(p)

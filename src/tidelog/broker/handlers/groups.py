@@ -29,8 +29,10 @@ from typing import Any
 
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.groups import GroupDriver
+from tidelog.broker.handlers.metadata import listed_brokers
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
+from tidelog.broker.transactions import TransactionDriver
 from tidelog.coordinator import (
     DeleteGroupsResult,
     DescribedGroup,
@@ -75,35 +77,56 @@ def client_host(ctx: RequestContext) -> str:
 # -- FindCoordinator -----------------------------------------------------------------------
 
 
-async def _find(ctx: RequestContext, key_type: int, key: str) -> ErrorCode:
+def _address(ctx: RequestContext, node: int) -> tuple[str, int] | None:
+    """Where a client that came in on this listener reaches broker ``node`` (None: it is
+    not listed there)."""
+    if node == ctx.broker.node_id:
+        return ctx.broker.endpoint(ctx.listener)
+    for node_id, host, port, _, _ in listed_brokers(ctx):
+        if node_id == node:
+            return host, port
+    return None
+
+
+async def _find(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, int]:
+    """The error, and the node that coordinates ``key``: the leader of its partition of
+    the internal topic (this node on a single node)."""
+    driver: GroupDriver | TransactionDriver | None
     if key_type == KEY_TYPE_GROUP:
         driver = driver_of(ctx)
-        if driver is None:
-            return _UNAVAILABLE
-        return await driver.coordinator_error(key)
-    if key_type == KEY_TYPE_TRANSACTION:
-        transactions = ctx.broker.transactions
-        if transactions is None:
-            return _UNAVAILABLE
-        return await transactions.coordinator_error(key)
-    return ErrorCode.INVALID_REQUEST
+    elif key_type == KEY_TYPE_TRANSACTION:
+        driver = ctx.broker.transactions
+    else:
+        return ErrorCode.INVALID_REQUEST, -1
+    if driver is None:
+        return _UNAVAILABLE, -1
+    error = await driver.coordinator_error(key)
+    leader = driver.leader_of(key)
+    if leader is not None and leader != ctx.broker.node_id:
+        # Another node's broker leads that partition and so coordinates the key.
+        return ErrorCode.NONE, leader
+    return error, ctx.broker.node_id
 
 
 @handles(ApiKey.FIND_COORDINATOR)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     module = response_module("find_coordinator", version)
-    broker = ctx.broker
-    host, port = broker.endpoint(ctx.listener)
 
-    def where(error: ErrorCode) -> dict[str, Any]:
+    def where(found: tuple[ErrorCode, int]) -> dict[str, Any]:
+        error, node = found
+        address = _address(ctx, node)
+        if address is None and error is ErrorCode.NONE:
+            # Not listed (fenced, or without this listener): the client asks again.
+            error = _UNAVAILABLE
         ok = error is ErrorCode.NONE
+        host, port = address if address is not None and ok else ("", -1)
         return {
             "error_code": error.to_kio(),
             "error_message": None if ok else error.message,
-            "node_id": broker.node_id if ok else -1,
-            "host": host if ok else "",
-            "port": port if ok else -1,
+            "node_id": node if ok else -1,
+            "host": host,
+            "port": port,
         }
 
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))

@@ -73,7 +73,7 @@ CLUSTER_OPERATIONS = _bits(
 ENDPOINT_TYPE_BROKER = 1
 
 
-def _brokers(
+def listed_brokers(
     ctx: RequestContext, *, include_fenced: bool = False
 ) -> list[tuple[int, str, int, str | None, bool]]:
     """(node id, host, port, rack, fenced) of every unfenced broker (every registered one
@@ -243,7 +243,7 @@ def _metadata_response(
     broker_cls = module.MetadataResponseBroker
     brokers = tuple(
         make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
-        for node_id, host, port, rack, _ in _brokers(ctx)
+        for node_id, host, port, rack, _ in listed_brokers(ctx)
     )
     return make(
         module.MetadataResponse,
@@ -287,7 +287,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
     include_fenced = bool(getattr(request, "include_fenced_brokers", False))
     brokers = tuple(
         make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=fenced)
-        for node_id, host, port, rack, fenced in _brokers(ctx, include_fenced=include_fenced)
+        for node_id, host, port, rack, fenced in listed_brokers(ctx, include_fenced=include_fenced)
     )
     return make(
         module.DescribeClusterResponse,
