@@ -465,3 +465,22 @@ def test_tidelog_acls_bad_input_is_one_line(
     assert status == 2 and "--topic" in err
     status, _, err = cli(capsys, "--bootstrap-server", unsecured.bootstrap, "--list")
     assert status == 1 and "SECURITY_DISABLED" in err
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("authorizer.class.name=kafka.security.authorizer.AclAuthorizer", "authorizer.class.name"),
+        ("super.users=User:admin;ops", "super.users"),
+    ],
+)
+def test_a_wrong_authorizer_setting_stops_the_start_with_one_line(
+    tmp_path: Path, override: str, named: str
+) -> None:
+    process = BrokerProcess(tmp_path, extra_args=[*SECURED_ARGS, "--override", override])
+    process.data_dir.mkdir(parents=True)
+    result = process.run_to_exit()
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
+    assert not any(process.data_dir.iterdir()), "nothing is written before the check"
