@@ -335,7 +335,7 @@ def _run_up(args: argparse.Namespace) -> int:
     try:
         return _supervise(nodes, cluster_id, args.override)
     except _Stop as stop:
-        print(f"\n{stop}: stopping {len(nodes)} node(s).")
+        print(f"\n{stop}: stopping {len(nodes)} node{'s' if len(nodes) != 1 else ''}.")
         return 0
     finally:
         # A second Ctrl-C must not cut the stopping short.
@@ -348,7 +348,10 @@ def _run_up(args: argparse.Namespace) -> int:
 
 
 def _supervise(nodes: Sequence[Node], cluster_id: str, overrides: Sequence[str]) -> int:
-    print(f"Starting {len(nodes)} nodes of cluster {cluster_id} (logs in each node's dir)...")
+    plural = "s" if len(nodes) != 1 else ""
+    print(
+        f"Starting {len(nodes)} node{plural} of cluster {cluster_id} (logs in each node's dir)..."
+    )
     for node in nodes:
         _start(node, overrides)
     deadline = time.monotonic() + READY_TIMEOUT_S
