@@ -165,6 +165,7 @@ def test_a_node_cut_off_commits_nothing_and_catches_up_after_healing(cluster: Cl
             f"node {cut}'s broker to be fenced",
             30,
         )
+        fenced_after = time.monotonic() - cut_at
         healed_at = time.monotonic()
         cluster.net.heal()
         loop.wait_acknowledged(5)
@@ -177,7 +178,8 @@ def test_a_node_cut_off_commits_nothing_and_catches_up_after_healing(cluster: Cl
     ]
     assert acknowledged_alone == []
     print(
-        f"\ncut off node {cut} (leader of epoch {before.epoch}); history {loop.history.summary()}"
+        f"\ncut off node {cut} (leader of epoch {before.epoch}): its broker fenced after "
+        f"{fenced_after:.1f}s; history {loop.history.summary()}"
     )
     cluster.wait_ready()
     _check(cluster, loop.history, "cut")
