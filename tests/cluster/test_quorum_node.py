@@ -252,3 +252,20 @@ def test_consumer_groups_are_coordinated_by_the_leaders_of_their_offsets_partiti
             assert sorted(tp.offset for tp in committed) == [10, 10, 10]
         finally:
             consumer.close()
+
+
+def test_describe_quorum_through_any_broker_names_the_leader(cluster: Cluster) -> None:
+    from java_harness import JavaClient
+
+    leader = cluster.wait_leader()
+    quorum = cluster.leader()
+    assert quorum is not None
+    java = JavaClient.build()
+    for n, node in cluster.nodes.items():
+        # The Java admin client sends DescribeQuorum to a broker; a broker that does not
+        # lead the quorum passes it on to the leader's controller listener.
+        answer = java.bound(node.bootstrap).one("describe-quorum", {})
+        assert answer["leader"] == leader, f"through node {n}: {answer}"
+        assert answer["epoch"] >= quorum.epoch
+        assert sorted(answer["voters"]) == [1, 2, 3]
+        assert answer["high_watermark"] >= quorum.high_watermark

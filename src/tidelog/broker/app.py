@@ -260,6 +260,8 @@ class BrokerApp:
             # metadata forwarded to the active controller from the broker listeners.
             on_controller = self.quorum.driver.listener_handlers(on_controller)
             on_broker = self.quorum.forwarding_handlers(on_broker)
+            on_broker[ApiKey.DESCRIBE_QUORUM] = self.quorum.describe_quorum_handler()
+            accepted = restrict(on_broker.keys(), CONTROLLER_VERSIONS)
         on_controller_accepted = restrict(on_controller.keys(), CONTROLLER_VERSIONS)
         controllers = set(config.controller_listener_names)
         for listener in config.listeners:
@@ -268,6 +270,8 @@ class BrokerApp:
                 continue
             if is_controller:
                 broker.listener_versions[listener.name] = on_controller_accepted
+            elif self.quorum is not None:
+                broker.listener_versions[listener.name] = accepted
             server = BrokerServer(
                 broker,
                 listener.host or "0.0.0.0",

@@ -23,6 +23,8 @@ asyncio side that joins its controller, its broker and its :class:`RaftDriver`.
   otherwise -- and heartbeats (BrokerHeartbeat) every ``broker.heartbeat.interval.ms`` with
   the offset it has applied, so that it is unfenced once caught up; the app serves clients
   only after that.
+* **DescribeQuorum** on a broker listener is answered by the leader, forwarded like the
+  admin APIs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from tidelog.metadata.errors import ApiError
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.node import MetadataNode, load_entries
 from tidelog.metadata.raft import Entry, OffsetAndEpoch, Role
+from tidelog.metadata.raft.wire import check_describe_quorum, describe_quorum_response
 from tidelog.metadata.records import BrokerEndpoint, MetadataRecord, encode_record
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.runtime.system import random_uuid
@@ -89,6 +92,8 @@ class QuorumNode:
         self._controller: Controller = node.controller
         self._config = node.config
         self._voters = node.config.quorum_voters
+        # A registration or heartbeat waits no longer than a quorum request would.
+        self._membership_timeout_ms = node.config.raft_config.request_timeout_ms
         self._applied = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connections: dict[int, ClientConnection] = {}
@@ -223,6 +228,29 @@ class QuorumNode:
 
     # -- forwarding (event loop) --------------------------------------------------------
 
+    def describe_quorum_handler(self) -> Handler:
+        """DescribeQuorum on a broker listener: answered by the quorum's leader, here or
+        forwarded to its controller listener, as Kafka's brokers do (so that an admin
+        client's describeMetadataQuorum works through any broker)."""
+
+        async def handle(ctx: Any, request: Any) -> Any:
+            version = int(request.__version__)
+            error = check_describe_quorum(request)
+            if error is not ErrorCode.NONE:
+                return describe_quorum_response(version, None, error)
+            description = self._driver.describe()
+            if description is not None:
+                return describe_quorum_response(version, description)
+            values = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+            try:
+                return await self._to_active(
+                    ApiKey.DESCRIBE_QUORUM, values, version, self._membership_timeout_ms
+                )
+            except NotControllerError:
+                return describe_quorum_response(version, None, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+        return handle
+
     def forwarding_handlers(self, base: Mapping[int, Handler]) -> dict[int, Handler]:
         """``base`` with the APIs of :data:`FORWARDED_APIS` handled here when this node is
         the active controller and forwarded to it otherwise."""
@@ -246,9 +274,10 @@ class QuorumNode:
                         pass
                 else:
                     values = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+                    remaining_ms = max(int((deadline - loop.time()) * 1000), 1)
                     try:
                         return await self._to_active(
-                            key, values, int(request.__version__), timeout_ms, once=True
+                            key, values, int(request.__version__), remaining_ms, once=True
                         )
                     except NotControllerError:
                         pass
@@ -271,15 +300,19 @@ class QuorumNode:
         once: bool = False,
     ) -> Any:
         """Send a request to the active controller's controller listener and return its
-        answer; NotControllerError when none answered (once, or within ``timeout_ms``)."""
+        answer; NotControllerError when none answered (once, or within ``timeout_ms``: a
+        controller that stopped answering is not waited on longer)."""
         loop = self._running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
             leader = self._driver.leader_id
             if leader is not None and leader != self._driver.node_id:
+                remaining_ms = max(int((deadline - loop.time()) * 1000), 1)
                 try:
                     connection = await self._connection(leader)
-                    return await connection.call(key, values, version=version)
+                    return await connection.call(
+                        key, values, version=version, timeout_ms=remaining_ms
+                    )
                 except (ClientError, OSError) as exc:
                     _log.debug("%s to controller %d failed: %s", key.name, leader, exc)
                     self._connections.pop(leader, None)
@@ -302,6 +335,11 @@ class QuorumNode:
             max_in_flight=16,
         )
         await connection.connect()
+        other = self._connections.get(node_id)
+        if other is not None and other.usable:
+            # Another request connected meanwhile; one connection per controller is enough.
+            await connection.close()
+            return other
         self._connections[node_id] = connection
         return connection
 
@@ -359,7 +397,7 @@ class QuorumNode:
             }
             try:
                 response = await self._to_active(
-                    ApiKey.BROKER_REGISTRATION, values, 0, 0, once=True
+                    ApiKey.BROKER_REGISTRATION, values, 0, self._membership_timeout_ms, once=True
                 )
             except NotControllerError:
                 return -1
@@ -394,7 +432,9 @@ class QuorumNode:
                 "want_shut_down": False,
             }
             try:
-                response = await self._to_active(ApiKey.BROKER_HEARTBEAT, values, 0, 0, once=True)
+                response = await self._to_active(
+                    ApiKey.BROKER_HEARTBEAT, values, 0, self._membership_timeout_ms, once=True
+                )
             except NotControllerError:
                 return
             code, fenced = ErrorCode.from_wire(int(response.error_code)), bool(response.is_fenced)

@@ -40,6 +40,8 @@
 //                   An acl is {resource_type, name, pattern, principal, host, operation,
 //                   permission} with Java's enum names (TOPIC, PREFIXED, READ, ALLOW); a
 //                   filter the same, with ANY/MATCH values and null for any name.
+//   describe-quorum {} -> {"leader", "epoch", "high_watermark", "voters": [ids]}
+//                   (admin describeMetadataQuorum, through the bootstrap broker)
 //   offsets-for-times {topic, timestamps: {"P": ts}} -> {"P": {"offset","timestamp"}|null}
 //                   (consumer offsetsForTimes, plus "beginning"/"end" from the consumer too)
 //   group-member    {topic, group, configs?}  (not in batch; runs until "stop" or end of stdin)
@@ -81,6 +83,7 @@ import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
@@ -197,6 +200,7 @@ public final class InteropClient {
                 case "list-offsets": result = listOffsets(admin, o); break;
                 case "transactions": result = transactions(admin, o); break;
                 case "acls": result = acls(admin, o); break;
+                case "describe-quorum": result = describeQuorum(admin); break;
                 default: throw new IllegalArgumentException("unknown command " + command);
             }
             return List.of(result);
@@ -470,6 +474,18 @@ public final class InteropClient {
                 ? List.of(str(o, "topic")) : admin.listTopics().names().get();
         for (String name : names) topics.put(name, describeTopic(admin, name).get("partitions"));
         out.put("topics", topics);
+        return out;
+    }
+
+    private static Object describeQuorum(Admin admin) throws Exception {
+        QuorumInfo quorum = admin.describeMetadataQuorum().quorumInfo().get();
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("leader", quorum.leaderId());
+        out.put("epoch", quorum.leaderEpoch());
+        out.put("high_watermark", quorum.highWatermark());
+        List<Object> voters = new ArrayList<>();
+        for (QuorumInfo.ReplicaState voter : quorum.voters()) voters.add(voter.replicaId());
+        out.put("voters", voters);
         return out;
     }
 
