@@ -211,12 +211,6 @@ def test_all_three_stopped_and_started_keep_the_same_metadata(cluster: Cluster) 
     _restart_all(cluster, "restart")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a quorum node takes no metadata snapshot yet: the snapshot policy "
-    "(metadata/controller/snapshots.py) is not run by the quorum driver (broker/quorum.py), "
-    "so no .checkpoint file is ever written in quorum mode",
-)
 def test_all_three_restarted_from_snapshot_plus_log(tmp_path: Path) -> None:
     # A snapshot every few KiB of records: forty creates leave several, and a log after.
     cluster = Cluster(tmp_path, overrides={SNAPSHOT_BYTES: "4096"})

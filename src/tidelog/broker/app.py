@@ -400,6 +400,7 @@ class BrokerApp:
                     await quorum.heartbeat(broker.run_blocking)
                 if controller.is_active():
                     await broker.run_blocking(controller.tick, self.clock())
+                quorum.maybe_snapshot()
             except NotControllerError:
                 continue
             except Exception:

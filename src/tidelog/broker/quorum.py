@@ -23,6 +23,10 @@ asyncio side that joins its controller, its broker and its :class:`RaftDriver`.
   otherwise -- and heartbeats (BrokerHeartbeat) every ``broker.heartbeat.interval.ms`` with
   the offset it has applied, so that it is unfenced once caught up; the app serves clients
   only after that.
+* **snapshots** -- every node snapshots its loader's image when Kafka's limits say so
+  (:class:`~tidelog.metadata.controller.snapshots.SnapshotPolicy`:
+  ``metadata.log.max.record.bytes.between.snapshots``, ``metadata.log.max.snapshot.interval.ms``)
+  and its Raft log is deleted below it; a restart loads the snapshot and the log after it.
 * **DescribeQuorum** on a broker listener is answered by the leader, forwarded like the
   admin APIs.
 """
@@ -48,6 +52,7 @@ from tidelog.metadata.controller import (
     NotControllerError,
 )
 from tidelog.metadata.controller.cluster import HeartbeatRequest, RegistrationRequest
+from tidelog.metadata.controller.snapshots import SnapshotPolicy, SnapshotSettings
 from tidelog.metadata.errors import ApiError
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.node import MetadataNode, load_entries
@@ -98,6 +103,10 @@ class QuorumNode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connections: dict[int, ClientConnection] = {}
         self._caught_up = False
+        self._clock = node.runtime.clock
+        self._snapshot_settings = SnapshotSettings.from_config(node.config)
+        self._snapshots: SnapshotPolicy | None = None
+        self._snapshot_due = False
         self.broker_epoch = -1
         self.fenced = True
 
@@ -111,6 +120,12 @@ class QuorumNode:
         """Start the driver and feed the loader from it; the controller commits through it."""
         self._loop = asyncio.get_running_loop()
         await self._driver.start()
+        started_from = self._driver.node.log.latest_snapshot_id()
+        self._snapshots = SnapshotPolicy(
+            self._snapshot_settings,
+            self._clock(),
+            last_end_offset=started_from.offset if started_from is not None else 0,
+        )
         self._driver.subscribe(self._on_commit, on_snapshot=self._on_snapshot)
         self._controller.use_quorum(self)
 
@@ -123,12 +138,49 @@ class QuorumNode:
 
     def _on_commit(self, entries: Sequence[Entry]) -> None:
         load_entries(self._loader, entries)
+        if self._snapshots is not None:
+            for entry in entries:
+                if not entry.control:
+                    self._snapshots.committed(sum(len(record) for record in entry.records))
+            self._schedule_snapshot()
         self._note_applied()
 
     def _on_snapshot(self, snapshot_id: OffsetAndEpoch, records: tuple[bytes, ...]) -> None:
         if snapshot_id.offset - 1 > self._loader.image.offset:
             self._loader.load_snapshot(snapshot_id.offset, snapshot_id.epoch, records)
+        if self._snapshots is not None:
+            self._snapshots.snapshot_done(snapshot_id.offset, self._clock())
         self._note_applied()
+
+    def _schedule_snapshot(self) -> None:
+        # After the driver has finished handing out entries: writing a snapshot deletes
+        # the log below it.
+        if not self._snapshot_due:
+            self._snapshot_due = True
+            self._running_loop().call_soon(self.maybe_snapshot)
+
+    def maybe_snapshot(self) -> None:
+        """Write the snapshot the policy asks for now, if any (also polled on a timer, for
+        ``metadata.log.max.snapshot.interval.ms``)."""
+        self._snapshot_due = False
+        policy = self._snapshots
+        if policy is None:
+            return
+        now = self._clock()
+        request = policy.poll(self._loader.image, now)
+        if request is None:
+            return
+        node = self._driver.node
+        if request.end_offset > node.snapshot_limit():
+            return  # not flushed here yet; asked again with the next commit or timer
+        snapshot_id = node.create_snapshot(request.end_offset, request.records, timestamp=now)
+        policy.snapshot_done(snapshot_id.offset, now)
+        _log.info(
+            "metadata snapshot %020d-%010d written (%s)",
+            snapshot_id.offset,
+            snapshot_id.epoch,
+            request.reason,
+        )
 
     def _note_applied(self) -> None:
         driver = self._driver

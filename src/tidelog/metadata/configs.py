@@ -526,6 +526,24 @@ def _broker_defs() -> list[ConfigDef]:
             at_least(1),
         ),
         d(
+            "metadata.log.max.record.bytes.between.snapshots",
+            _L,
+            20971520,
+            "A node of a quorum snapshots its metadata image once this many bytes of records "
+            "were committed since its last snapshot, and deletes the log below it (no effect "
+            "on a single node).",
+            at_least(1),
+        ),
+        d(
+            "metadata.log.max.snapshot.interval.ms",
+            _L,
+            3600000,
+            "A node of a quorum snapshots its metadata image this long after its last "
+            "snapshot if anything was committed meanwhile; 0: never by time (no effect on a "
+            "single node).",
+            at_least(0),
+        ),
+        d(
             "socket.request.max.bytes",
             _I,
             104857600,
