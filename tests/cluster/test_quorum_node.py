@@ -269,3 +269,41 @@ def test_describe_quorum_through_any_broker_names_the_leader(cluster: Cluster) -
         assert answer["epoch"] >= quorum.epoch
         assert sorted(answer["voters"]) == [1, 2, 3]
         assert answer["high_watermark"] >= quorum.high_watermark
+
+
+def test_producer_ids_come_from_the_active_controller_on_every_node(cluster: Cluster) -> None:
+    leader = cluster.wait_leader()
+    request = build(
+        request_class(ApiKey.INIT_PRODUCER_ID, 4),
+        {"transactional_id": None, "transaction_timeout_ms": -1},
+    )
+    ids = {}
+    for n in cluster.nodes:
+        # A node that is not the active controller gets its block of ids from it
+        # (AllocateProducerIds on its controller listener).
+        response = send_request("127.0.0.1", cluster.nodes[n].port, request)
+        assert int(response.error_code) == 0, (n, response)
+        ids[n] = int(response.producer_id)
+    assert len(set(ids.values())) == 3, ids
+    assert cluster.leader() is not None and cluster.leader().leader_id == leader  # type: ignore[union-attr]
+
+    # An idempotent producer through a follower's listener.
+    follower = next(n for n in cluster.nodes if n != leader)
+    _create(cluster, follower, NewTopic("idempotent", 3, 1))
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.nodes[follower].bootstrap,
+            "enable.idempotence": True,
+            "log_level": 0,
+        }
+    )
+    failures: list[object] = []
+    for i in range(30):
+        producer.produce(
+            "idempotent",
+            value=str(i).encode(),
+            partition=i % 3,
+            on_delivery=lambda err, _msg: failures.append(err) if err else None,
+        )
+    assert producer.flush(30) == 0
+    assert failures == []

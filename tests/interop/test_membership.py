@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from interop_broker import BrokerProcess, free_port, send_request, venv_bin
 from interop_data import wait_until
+from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Listener
@@ -140,7 +141,12 @@ def advertised_apis(port: int, node: ControllerListenerBroker) -> set[int]:
     return {int(entry.api_key) for entry in response.api_keys}
 
 
-MEMBERSHIP_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER}
+MEMBERSHIP_APIS = {
+    ApiKey.BROKER_REGISTRATION,
+    ApiKey.BROKER_HEARTBEAT,
+    ApiKey.UNREGISTER_BROKER,
+    ApiKey.ALLOCATE_PRODUCER_IDS,
+}
 
 
 def test_only_the_controller_listener_serves_and_lists_the_membership_apis(
@@ -268,3 +274,29 @@ def test_this_node_unregistered_while_running_registers_again(
     wait_until(lambda: fenced_states(node).get(my_id) is False, "this node to register again")
     assert listed(node)[my_id] == ("127.0.0.1", node.port)
     assert mine.is_fenced is False
+
+
+def test_a_registered_broker_gets_producer_id_blocks_on_the_controller_listener(
+    node: ControllerListenerBroker,
+) -> None:
+    cluster_id = describe(node).cluster_id
+    registered = node.to_controller(registration(9, cluster_id, uuid.uuid4()))
+    epoch = int(registered.broker_epoch)
+
+    def allocate(broker_id: int, broker_epoch: int) -> Any:
+        return node.to_controller(
+            AllocateProducerIdsRequest(
+                broker_id=BrokerId(broker_id), broker_epoch=i64(broker_epoch)
+            )
+        )
+
+    first = allocate(9, epoch)
+    assert first.error_code == ErrorCode.NONE.to_kio()
+    assert int(first.producer_id_len) == 1000
+    second = allocate(9, epoch)
+    assert int(second.producer_id_start) == int(first.producer_id_start) + 1000
+    for stale in (allocate(9, epoch - 1), allocate(99, 0)):
+        assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH.to_kio()
+        assert int(stale.producer_id_len) == 0
+    # Not an API clients are given.
+    assert ApiKey.ALLOCATE_PRODUCER_IDS not in advertised_apis(node.port, node)

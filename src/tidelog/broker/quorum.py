@@ -52,6 +52,7 @@ from tidelog.metadata.controller import (
     NotControllerError,
 )
 from tidelog.metadata.controller.cluster import HeartbeatRequest, RegistrationRequest
+from tidelog.metadata.controller.producer_ids import ProducerIdBlock
 from tidelog.metadata.controller.snapshots import SnapshotPolicy, SnapshotSettings
 from tidelog.metadata.errors import ApiError
 from tidelog.metadata.loader import MetadataLoader
@@ -271,6 +272,27 @@ class QuorumNode:
         if error.ok:
             await self._wait_loaded_topic(topic.name)
         return CreateTopicResult(topic.name, error)
+
+    def producer_ids_at_active(self) -> ProducerIdBlock:
+        loop = self._running_loop()
+        return asyncio.run_coroutine_threadsafe(self._producer_ids_at_active(), loop).result()
+
+    async def _producer_ids_at_active(self) -> ProducerIdBlock:
+        values = {"broker_id": self._config.node_id, "broker_epoch": self.broker_epoch}
+        try:
+            response = await self._to_active(
+                ApiKey.ALLOCATE_PRODUCER_IDS, values, 0, _DEFAULT_TIMEOUT_MS
+            )
+        except NotControllerError as exc:
+            return ProducerIdBlock(ApiError(ErrorCode.NOT_CONTROLLER, str(exc)))
+        error = ErrorCode.from_wire(int(response.error_code))
+        if error is not ErrorCode.NONE:
+            return ProducerIdBlock(ApiError(error, None))
+        return ProducerIdBlock(
+            ApiError(ErrorCode.NONE, None),
+            int(response.producer_id_start),
+            int(response.producer_id_len),
+        )
 
     async def _wait_loaded_topic(self, name: str) -> None:
         """Until this node's image has the topic the active controller created."""

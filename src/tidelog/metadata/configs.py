@@ -449,7 +449,8 @@ def _broker_defs() -> list[ConfigDef]:
             None,
             "Listener names used by controllers: served, but never given to clients in "
             "Metadata. They answer every API the other listeners do, plus what brokers send "
-            "the controller (BrokerRegistration, BrokerHeartbeat, UnregisterBroker).",
+            "the controller (BrokerRegistration, BrokerHeartbeat, UnregisterBroker, "
+            "AllocateProducerIds).",
         ),
         d(
             "process.roles",
@@ -1733,6 +1734,7 @@ class BrokerConfig:
         """The quorum's timers (``controller.quorum.*.ms``)."""
         # Imported here: the Raft package imports the metadata package this module is in.
         from tidelog.metadata.raft.config import RaftConfig
+
         request_timeout = self.get_int("controller.quorum.request.timeout.ms")
         return RaftConfig(
             election_timeout_ms=self.get_int("controller.quorum.election.timeout.ms"),

@@ -121,6 +121,8 @@ _MEMBERSHIP_TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.BROKER_REGISTRATION,            0, 4),
     _serve(ApiKey.BROKER_HEARTBEAT,               0, 2),
     _serve(ApiKey.UNREGISTER_BROKER,              0, 0),
+    # A broker's block of producer ids, from the active controller.
+    _serve(ApiKey.ALLOCATE_PRODUCER_IDS,          0, 0),
 )
 # fmt: on
 

@@ -1,5 +1,5 @@
-"""BrokerRegistration, BrokerHeartbeat and UnregisterBroker: what brokers send the
-controller (Kafka's ``ControllerApis``).
+"""BrokerRegistration, BrokerHeartbeat, UnregisterBroker and AllocateProducerIds: what
+brokers send the controller (Kafka's ``ControllerApis``).
 
 Served on controller listeners only (``controller.listener.names``), where ApiVersions
 lists them; a broker listener neither serves nor advertises them, as in Kafka, so what
@@ -86,6 +86,21 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
         is_caught_up=reply.is_caught_up,
         is_fenced=reply.is_fenced,
         should_shut_down=reply.should_shut_down,
+    )
+
+
+@handles(ApiKey.ALLOCATE_PRODUCER_IDS, controller_only=True)
+async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
+    module = response_module("allocate_producer_ids", ctx.api_version)
+    block = await ctx.broker.run_blocking(
+        controller(ctx).allocate_producer_ids, int(request.broker_id), int(request.broker_epoch)
+    )
+    return make(
+        module.AllocateProducerIdsResponse,
+        throttle_time=ZERO_THROTTLE,
+        error_code=block.error.code.to_kio(),
+        producer_id_start=block.first_producer_id,
+        producer_id_len=block.length,
     )
 
 

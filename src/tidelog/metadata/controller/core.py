@@ -121,6 +121,11 @@ class QuorumCommit(Protocol):
         return its answer once this node has loaded the result."""
         ...
 
+    def producer_ids_at_active(self) -> ProducerIdBlock:
+        """A block of producer ids for this node's broker from the active controller (an
+        AllocateProducerIds sent to it, with the broker's registration epoch)."""
+        ...
+
 
 class Controller:
     """The active (and only) controller of a single-node cluster.
@@ -494,9 +499,14 @@ class Controller:
         so no id is ever given twice. ``broker_epoch`` None skips the epoch check (the
         co-located broker asking)."""
         with self._lock:
-            return self._commit_result(
-                producer_ids.allocate_producer_ids(self._view(), broker_id, broker_epoch)
-            )
+            if self._quorum is not None and broker_id == self.node_id and not self.is_active():
+                # This node's own broker, while another node is the active controller.
+                quorum = self._quorum
+            else:
+                return self._commit_result(
+                    producer_ids.allocate_producer_ids(self._view(), broker_id, broker_epoch)
+                )
+        return quorum.producer_ids_at_active()
 
     def alter_user_scram_credentials(
         self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
