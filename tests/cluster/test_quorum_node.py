@@ -9,6 +9,11 @@ Real `tidelog serve` processes on loopback (tests/cluster/cluster_harness.py), r
 
 from __future__ import annotations
 
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+
 import pytest
 from cluster_harness import Cluster, send_request, wait_until
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -307,3 +312,36 @@ def test_producer_ids_come_from_the_active_controller_on_every_node(cluster: Clu
         )
     assert producer.flush(30) == 0
     assert failures == []
+
+
+def _metrics_port(cluster: Cluster, node: int) -> int | None:
+    found = re.search(
+        r"metrics on http://127\.0\.0\.1:(\d+)/metrics", cluster.nodes[node].log_tail()
+    )
+    return int(found.group(1)) if found else None
+
+
+def _ready(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def test_a_node_is_not_ready_until_the_quorum_has_a_leader_and_it_serves(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, overrides={"metrics.listener": "http://127.0.0.1:0"})
+    try:
+        cluster.nodes[1].spawn()
+        port = wait_until(lambda: _metrics_port(cluster, 1), "node 1's metrics listener")
+        # Alone it cannot elect anyone: it says so, and serves no client.
+        status, reason = _ready(port)
+        assert status == 503 and "no leader" in reason, (status, reason)
+        assert cluster.metadata(1) is None
+        for n in (2, 3):
+            cluster.nodes[n].spawn()
+        wait_until(lambda: _ready(port)[0] == 200, "node 1 to be ready", 60)
+        # Ready means serving clients: node 1 lists the three brokers.
+        wait_until(lambda: cluster.brokers_seen_by(1) == [1, 2, 3], "node 1 to list all three")
+    finally:
+        cluster.close()

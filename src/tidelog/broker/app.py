@@ -317,14 +317,15 @@ class BrokerApp:
 
     def not_ready_reason(self) -> str | None:
         """None once the broker serves clients (``/ready``), else why not, in one line."""
+        if self.broker is not None and self.quorum is not None and not self.broker.stopping:
+            # A quorum node waits for a leader, then for its broker to be let in.
+            reason = self.quorum.not_ready_reason()
+            if reason is not None:
+                return reason
         if self.broker is None or not self._started:
             return "starting: metadata and logs are being loaded"
         if self.broker.stopping:
             return "stopping"
-        if self.quorum is not None:
-            reason = self.quorum.not_ready_reason()
-            if reason is not None:
-                return reason
         groups = self.broker.groups
         if groups is None or groups.stopped:
             return "the group coordinator is not running"
