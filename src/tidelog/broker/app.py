@@ -258,7 +258,9 @@ class BrokerApp:
         if self.quorum is not None:
             # The quorum's APIs on the controller listener; the admin APIs that change
             # metadata forwarded to the active controller from the broker listeners.
-            on_controller = self.quorum.driver.listener_handlers(on_controller)
+            on_controller = self.quorum.driver.listener_handlers(
+                self.quorum.controller_handlers(on_controller)
+            )
             on_broker = self.quorum.forwarding_handlers(on_broker)
             on_broker[ApiKey.DESCRIBE_QUORUM] = self.quorum.describe_quorum_handler()
             accepted = restrict(on_broker.keys(), CONTROLLER_VERSIONS)

@@ -15,8 +15,8 @@ asyncio side that joins its controller, its broker and its :class:`RaftDriver`.
   version) to the active controller's controller listener (its address from
   ``controller.quorum.voters``, its id from the driver) and its answer is relayed. The
   controller listener itself never forwards: a node there that is not active closes the
-  connection (the dispatcher's rule for a failed handler), and the forwarding node finds
-  the new leader and sends again, until the request's timeout. Clients never see
+  connection without an answer (:meth:`QuorumNode.controller_handlers`), and the
+  forwarding node finds the new leader and sends again, until the request's timeout. Clients never see
   NOT_CONTROLLER.
 * **the broker's lifecycle** -- the node's broker registers (BrokerRegistration) with the
   active controller -- in process when it is this node, over the controller listener
@@ -41,6 +41,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tidelog.broker.connection import CloseConnection
 from tidelog.broker.raft_driver import NotLeaderError, RaftDriver
 from tidelog.broker.reply import Handler
 from tidelog.client.connection import Connection as ClientConnection
@@ -325,6 +326,22 @@ class QuorumNode:
 
         return handle
 
+    def controller_handlers(self, base: Mapping[int, Handler]) -> dict[int, Handler]:
+        """``base`` (a controller listener's table) with every refusal of a controller that
+        is not the active one turned into a quiet close of the connection: the node that
+        sent the request finds the new leader and sends it again."""
+
+        def refusing(key: int, handler: Handler) -> Handler:
+            async def handle(ctx: Any, request: Any) -> Any:
+                try:
+                    return await handler(ctx, request)
+                except NotControllerError as exc:
+                    raise CloseConnection(f"{ApiKey(key).name}: NOT_CONTROLLER ({exc})") from exc
+
+            return handle
+
+        return {key: refusing(key, handler) for key, handler in base.items()}
+
     def forwarding_handlers(self, base: Mapping[int, Handler]) -> dict[int, Handler]:
         """``base`` with the APIs of :data:`FORWARDED_APIS` handled here when this node is
         the active controller and forwarded to it otherwise."""
@@ -356,9 +373,9 @@ class QuorumNode:
                     except NotControllerError:
                         pass
                 if loop.time() >= deadline:
-                    raise NotControllerError(
-                        self._driver.leader_id,
-                        f"no active controller answered {key.name} within {timeout_ms} ms",
+                    # Kafka's client retries on a closed connection, as on a timeout.
+                    raise CloseConnection(
+                        f"{key.name}: no active controller answered within {timeout_ms} ms"
                     )
                 await asyncio.sleep(_RETRY_MS / 1000)
 
@@ -380,6 +397,9 @@ class QuorumNode:
         deadline = loop.time() + timeout_ms / 1000
         while True:
             leader = self._driver.leader_id
+            if leader == self._driver.node_id and self._controller.is_active():
+                # Became the active controller meanwhile: the caller does it here.
+                raise NotControllerError(leader, "this node is the active controller now")
             if leader is not None and leader != self._driver.node_id:
                 remaining_ms = max(int((deadline - loop.time()) * 1000), 1)
                 try:
