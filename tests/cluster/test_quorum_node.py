@@ -10,12 +10,13 @@ Real `tidelog serve` processes on loopback (tests/cluster/cluster_harness.py), r
 from __future__ import annotations
 
 import re
+import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from cluster_harness import Cluster, send_request, wait_until
+from cluster_harness import Cluster, ClusterNode, send_request, wait_until
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
@@ -345,3 +346,25 @@ def test_a_node_is_not_ready_until_the_quorum_has_a_leader_and_it_serves(tmp_pat
         wait_until(lambda: cluster.brokers_seen_by(1) == [1, 2, 3], "node 1 to list all three")
     finally:
         cluster.close()
+
+
+def test_a_node_waiting_for_the_quorum_stops_on_sigterm(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        node = cluster.nodes[1]
+        node.spawn()
+        wait_until(lambda: _controller_port_open(node), "its controller listener")
+        # Alone it waits for a leader that cannot be elected; SIGTERM still stops it,
+        # cleanly (status 0), without the SIGKILL stop() falls back to.
+        assert node.stop() == 0
+        assert "stopped before the metadata quorum let this broker in" in node.log_tail()
+    finally:
+        cluster.close()
+
+
+def _controller_port_open(node: ClusterNode) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", node.controller_port), timeout=1):
+            return True
+    except OSError:
+        return False

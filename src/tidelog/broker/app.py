@@ -121,6 +121,8 @@ class BrokerApp:
         #: A voter of a metadata quorum (``controller.quorum.voters``); None on a single
         #: node, its own quorum of one.
         self.quorum: QuorumNode | None = None
+        #: Set by SIGTERM/SIGINT; a quorum node waiting to be let in stops waiting.
+        self.stop_requested = asyncio.Event()
 
     @property
     def port(self) -> int:
@@ -221,7 +223,9 @@ class BrokerApp:
             # The other voters reach this one on its controller listener; its broker then
             # registers with the active controller and serves clients once unfenced.
             await self._listen(broker, config, accepted, controllers_only=True)
-            await quorum.register(broker.run_blocking)
+            if not await self._unless_stop_requested(quorum.register(broker.run_blocking)):
+                _log.info("stopped before the metadata quorum let this broker in")
+                return
             await self._listen(broker, config, accepted, controllers_only=False)
         self._start_background(config)
         self._started = True
@@ -236,6 +240,23 @@ class BrokerApp:
             broker.cluster_id,
             len(broker.partitions),
         )
+
+    async def _unless_stop_requested(self, waiting: Awaitable[None]) -> bool:
+        """Await ``waiting`` unless a stop is asked for first (then it is cancelled);
+        whether it completed."""
+        task = asyncio.ensure_future(waiting)
+        stop = asyncio.ensure_future(self.stop_requested.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if task.done():
+            task.result()
+            return True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
 
     async def _listen(
         self,
@@ -472,7 +493,7 @@ async def serve_until_signalled(
     config: BrokerConfig, *, on_started: Callable[[BrokerApp], Awaitable[None]] | None = None
 ) -> None:
     app = BrokerApp(config)
-    stop = asyncio.Event()
+    stop = app.stop_requested
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -485,7 +506,7 @@ async def serve_until_signalled(
             binding = config.listeners[len(app.servers) : len(app.servers) + 1]
             failed = StartupError(failure_line(config, exc, binding))
             raise failed from exc
-        if on_started is not None:
+        if on_started is not None and not stop.is_set():
             await on_started(app)
         await stop.wait()
         _log.info("shutting down")
