@@ -28,6 +28,8 @@ KCAT = shutil.which("kcat") or "kcat"
 #: How often the broker looks for transactions past their timeout, in the tests that wait
 #: for one (Kafka's default is 10 s).
 ABORT_CHECK_MS = 200
+#: How many partitions the commit-then-abort transactions span, per client family.
+SPAN = 3
 
 
 def broker_args(*overrides: str) -> list[str]:
@@ -135,18 +137,18 @@ def by_partition(values: Sequence[str], partitions: int) -> list[str]:
 
 
 def test_confluent_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
-    create_topic(broker, topic_name, 2)
+    create_topic(broker, topic_name, SPAN)
     committed, aborted = committed_and_aborted("ck")
     producer = txn_producer(broker, f"{topic_name}-tx")
-    produce_in_txn(producer, topic_name, committed, 2)
+    produce_in_txn(producer, topic_name, committed, SPAN)
     producer.commit_transaction(TIMEOUT)
-    produce_in_txn(producer, topic_name, aborted, 2)
+    produce_in_txn(producer, topic_name, aborted, SPAN)
     producer.abort_transaction(TIMEOUT)
-    expected = by_partition(committed, 2)
-    assert read_values(broker, topic_name, 2) == expected
+    expected = by_partition(committed, SPAN)
+    assert read_values(broker, topic_name, SPAN) == expected
     assert kcat_read_committed(broker, topic_name) == sorted(expected)
     # read_uncommitted sees the aborted records too: the filtering above is real
-    uncommitted = read_values(broker, topic_name, 2, committed=False)
+    uncommitted = read_values(broker, topic_name, SPAN, committed=False)
     assert sorted(uncommitted) == sorted(committed + aborted)
 
 
@@ -285,7 +287,7 @@ def test_restart_keeps_committed_and_finishes_the_rest(
 def test_kafka_python_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
     from kafka import KafkaProducer
 
-    create_topic(broker, topic_name, 2)
+    create_topic(broker, topic_name, SPAN)
     committed, aborted = committed_and_aborted("kp")
     producer = KafkaProducer(
         bootstrap_servers=broker.bootstrap, transactional_id=f"{topic_name}-tx"
@@ -295,7 +297,7 @@ def test_kafka_python_commit_then_abort(broker: BrokerProcess, topic_name: str) 
         for values, commit in ((committed, True), (aborted, False)):
             producer.begin_transaction()
             for i, value in enumerate(values):
-                producer.send(topic_name, value=value.encode(), partition=i % 2)
+                producer.send(topic_name, value=value.encode(), partition=i % SPAN)
             producer.flush()
             if commit:
                 producer.commit_transaction()
@@ -303,9 +305,9 @@ def test_kafka_python_commit_then_abort(broker: BrokerProcess, topic_name: str) 
                 producer.abort_transaction()
     finally:
         producer.close()
-    assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
+    assert read_values(broker, topic_name, SPAN) == by_partition(committed, SPAN)
     assert kcat_read_committed(broker, topic_name) == sorted(committed)
-    assert kafka_python_read_committed(broker, topic_name, 2) == sorted(committed)
+    assert kafka_python_read_committed(broker, topic_name, SPAN) == sorted(committed)
 
 
 def kafka_python_read_committed(broker: BrokerProcess, topic: str, partitions: int) -> list[str]:
@@ -363,7 +365,7 @@ def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> N
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka import TopicPartition as AIOTopicPartition
 
-    create_topic(broker, topic_name, 2)
+    create_topic(broker, topic_name, SPAN)
     committed, aborted = committed_and_aborted("aio")
 
     async def run() -> None:
@@ -374,10 +376,10 @@ def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> N
         try:
             async with producer.transaction():
                 for i, value in enumerate(committed):
-                    await producer.send_and_wait(topic_name, value.encode(), partition=i % 2)
+                    await producer.send_and_wait(topic_name, value.encode(), partition=i % SPAN)
             await producer.begin_transaction()
             for i, value in enumerate(aborted):
-                await producer.send_and_wait(topic_name, value.encode(), partition=i % 2)
+                await producer.send_and_wait(topic_name, value.encode(), partition=i % SPAN)
             await producer.abort_transaction()
         finally:
             await producer.stop()
@@ -390,7 +392,7 @@ def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> N
         )
         await consumer.start()
         try:
-            tps = [AIOTopicPartition(topic_name, p) for p in range(2)]
+            tps = [AIOTopicPartition(topic_name, p) for p in range(SPAN)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
@@ -406,7 +408,7 @@ def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> N
             await consumer.stop()
 
     asyncio.run(asyncio.wait_for(run(), TIMEOUT))
-    assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
+    assert read_values(broker, topic_name, SPAN) == by_partition(committed, SPAN)
     assert kcat_read_committed(broker, topic_name) == sorted(committed)
     assert asyncio.run(asyncio.wait_for(read_committed(), TIMEOUT)) == sorted(committed)
 
@@ -415,11 +417,11 @@ def test_aiokafka_commit_then_abort(broker: BrokerProcess, topic_name: str) -> N
 
 
 def test_java_commit_then_abort(java: JavaClient, broker: BrokerProcess, topic_name: str) -> None:
-    create_topic(broker, topic_name, 2)
+    create_topic(broker, topic_name, SPAN)
     committed, aborted = committed_and_aborted("java")
 
     def recs(values: Sequence[str]) -> list[Rec]:
-        return [Rec(None, v.encode(), partition=i % 2) for i, v in enumerate(values)]
+        return [Rec(None, v.encode(), partition=i % SPAN) for i, v in enumerate(values)]
 
     tid = f"{topic_name}-tx"
     read = {"max_records": 100, "timeout_ms": 5000}
@@ -435,7 +437,7 @@ def test_java_commit_then_abort(java: JavaClient, broker: BrokerProcess, topic_n
     assert sorted(g.value.decode() for g in seen_uncommitted if g.value) == sorted(
         committed + aborted
     )
-    assert read_values(broker, topic_name, 2) == by_partition(committed, 2)
+    assert read_values(broker, topic_name, SPAN) == by_partition(committed, SPAN)
     assert kcat_read_committed(broker, topic_name) == sorted(committed)
 
 
