@@ -241,3 +241,41 @@ def test_a_disk_full_at_the_stop_is_one_line(brokers: Brokers) -> None:
     assert last.startswith("tidelog serve: closing failed, the next start recovers: log.dirs: ")
     assert "No space left on device" in last
     assert "broker stopped cleanly" not in said
+
+
+def test_a_quorum_nodes_client_port_in_use_is_named(tmp_path: Path) -> None:
+    # A quorum node binds its controller listener first and its client listener once the
+    # quorum lets its broker in: the line must name the listener that failed, by port.
+    from interop_broker import free_port, venv_bin
+
+    controller_port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        client_port = taken.getsockname()[1]
+        config = tmp_path / "server.properties"
+        config.write_text(
+            "process.roles=broker,controller\n"
+            "node.id=1\n"
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:{client_port},"
+            f"CONTROLLER://127.0.0.1:{controller_port}\n"
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{client_port}\n"
+            "controller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
+            f"log.dirs={tmp_path / 'data'}\n"
+        )
+        result = subprocess.run(
+            [str(venv_bin() / "tidelog"), "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 1, result.stderr
+    # The node logged its progress up to the bind (it ran a quorum of one); the failure is
+    # one line, the last, with no traceback.
+    assert "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.splitlines()[-1]
+    assert line.startswith("tidelog serve: cannot start: "), result.stderr
+    assert f"listeners: PLAINTEXT://127.0.0.1:{client_port} is in use by another process" in line
+    assert str(controller_port) not in line

@@ -110,6 +110,8 @@ class BrokerApp:
         self.broker: Broker | None = None
         #: one server per listener, in ``listeners`` order
         self.servers: list[BrokerServer] = []
+        #: The listener being bound, while it is (named by a failed start).
+        self.binding: Endpoint | None = None
         self._background: list[asyncio.Task[None]] = []
         self._dir_locks: list[FileLock] = []
         self._started = False
@@ -235,7 +237,11 @@ class BrokerApp:
             ", ".join(
                 f"{server.listener}://{host}:{port}"
                 for server in self.servers
-                for host, port in [broker.endpoint(server.listener)]
+                # A controller listener is not advertised: show where it listens.
+                for host, port in [
+                    broker.listener_endpoints.get(server.listener)
+                    or (server.host or "0.0.0.0", server.port)
+                ]
             ),
             broker.cluster_id,
             len(broker.partitions),
@@ -306,7 +312,9 @@ class BrokerApp:
                 listener=listener.name,
                 security=self.listener_security.get(listener.name),
             )
+            self.binding = listener
             await server.start()
+            self.binding = None
             self.servers.append(server)
             given = advertised.get(listener.name)
             if given is not None:
@@ -502,8 +510,9 @@ async def serve_until_signalled(
         try:
             await app.start()
         except (OSError, LockHeldError, MetadataError, StorageError) as exc:
-            # The listener being bound when a bind fails: servers start in listeners order.
-            binding = config.listeners[len(app.servers) : len(app.servers) + 1]
+            # Name the listener whose bind failed (a quorum node binds its controller
+            # listener first, so the order of listeners does not tell).
+            binding = () if app.binding is None else (app.binding,)
             failed = StartupError(failure_line(config, exc, binding))
             raise failed from exc
         if on_started is not None and not stop.is_set():

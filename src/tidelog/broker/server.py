@@ -59,6 +59,11 @@ class BrokerServer:
         self._connections: dict[Connection, asyncio.Task[None]] = {}
 
     @property
+    def host(self) -> str:
+        """The address it listens on."""
+        return self._host
+
+    @property
     def port(self) -> int:
         """The bound port (useful when asked for port 0)."""
         assert self._listener is not None
