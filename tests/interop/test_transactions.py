@@ -80,6 +80,13 @@ def read_values(
 ) -> list[str]:
     """Every value of `topic` up to the end a consumer of that isolation level sees (for
     read_committed: the last stable offset), in partition then offset order."""
+    return [value for _, _, value in read_records(broker, topic, partitions, committed=committed)]
+
+
+def read_records(
+    broker: BrokerProcess, topic: str, partitions: int, *, committed: bool = True
+) -> list[tuple[int, int, str]]:
+    """read_values with each value's (partition, offset) in front of it."""
     consumer = Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -90,7 +97,7 @@ def read_values(
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    got: dict[int, list[tuple[int, int, str]]] = {p: [] for p in range(partitions)}
     at_end: set[int] = set()
     deadline = time.monotonic() + TIMEOUT
     try:
@@ -105,10 +112,12 @@ def read_values(
                     continue
                 raise KafkaException(message.error())
             at_end.discard(message.partition())
-            got[message.partition()].append(message.value().decode())
+            got[message.partition()].append(
+                (message.partition(), message.offset(), message.value().decode())
+            )
     finally:
         consumer.close()
-    return [v for p in range(partitions) for v in got[p]]
+    return [record for p in range(partitions) for record in got[p]]
 
 
 def kcat_read_committed(broker: BrokerProcess, topic: str) -> list[str]:

@@ -52,6 +52,15 @@
 //                   next offset of every partition in it synchronously, then prints
 //                   {"event": "committed", "offsets": {"P": next}} (or "commit_failed"). A
 //                   "stop" line on stdin closes the consumer and prints {"event": "closed"}.
+//   eos-loop        {input, output, group, transactional_id, total, batch, configs?}  (not in
+//                   batch) A consume-transform-produce loop for the exactly-once tests: reads
+//                   input in group (read_committed), sends "out-<id>" for each "in-<id>" to
+//                   the same partition of output, and commits every poll of up to batch records
+//                   in one transaction with its offsets (sendOffsetsToTransaction). Prints
+//                   {"event": "acked", "n"} per acknowledged output record and {"event":
+//                   "committed", "n"} per commit (n: since start). Exits 0 once the group's
+//                   committed offsets cover total input records, 3 when it cannot go on
+//                   (fenced, or a transaction it can neither commit nor abort).
 //
 // A failure prints {"error": class, "message": text} on stdout and exits with status 1.
 
@@ -72,6 +81,7 @@ import java.util.TreeMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -110,6 +120,7 @@ import org.apache.kafka.common.acl.AclBindingFilter;
 import org.apache.kafka.common.acl.AclOperation;
 import org.apache.kafka.common.acl.AclPermissionType;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.resource.PatternType;
@@ -129,6 +140,11 @@ public final class InteropClient {
             System.exit(2);
         }
         try {
+            if (args[0].equals("eos-loop")) {
+                int status = eosLoop(args.length > 1 ? asMap(Json.parse(args[1])) : new HashMap<>());
+                System.out.flush();
+                System.exit(status);
+            }
             if (args[0].equals("group-member")) {
                 // stdin is its control channel, read while it runs, not a list of steps.
                 groupMember(args.length > 1 ? asMap(Json.parse(args[1])) : new HashMap<>());
@@ -424,6 +440,87 @@ public final class InteropClient {
         Map<String, Object> closed = new LinkedHashMap<>();
         closed.put("event", "closed");
         emit(closed);
+    }
+
+    private static void emitCount(String event, long n) {
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("event", event);
+        out.put("n", n);
+        emit(out);
+    }
+
+    private static int eosLoop(Map<String, Object> o) throws Exception {
+        String input = str(o, "input");
+        String output = str(o, "output");
+        long total = ((Number) o.get("total")).longValue();
+        Properties cp = consumerProps(o);
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, str(o, "group"));
+        cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, String.valueOf(o.get("batch")));
+        // a killed member must leave the group quickly for its successor to get the input
+        cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "2000");
+        cp.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "300");
+        Properties pp = base(o);
+        pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, str(o, "transactional_id"));
+        // a transaction a killed process left open must not hold the LSO back for long
+        pp.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "10000");
+        pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        AtomicLong acked = new AtomicLong();
+        long done = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp);
+             KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp)) {
+            producer.initTransactions();
+            consumer.subscribe(Collections.singletonList(input));
+            while (true) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(500));
+                if (records.isEmpty()) {
+                    if (committedTotal(consumer, input) >= total) return 0;
+                    continue;
+                }
+                try {
+                    producer.beginTransaction();
+                    Map<TopicPartition, OffsetAndMetadata> next = new HashMap<>();
+                    for (ConsumerRecord<byte[], byte[]> r : records) {
+                        String id = new String(r.value(), StandardCharsets.UTF_8).substring("in-".length());
+                        byte[] value = ("out-" + id).getBytes(StandardCharsets.UTF_8);
+                        producer.send(new ProducerRecord<>(output, r.partition(), r.key(), value), (md, e) -> {
+                            if (e == null) emitCount("acked", acked.incrementAndGet());
+                        });
+                        next.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    producer.sendOffsetsToTransaction(next, consumer.groupMetadata());
+                    producer.commitTransaction();
+                } catch (ProducerFencedException e) {
+                    return 3;
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    try {
+                        producer.abortTransaction();
+                    } catch (org.apache.kafka.common.KafkaException unrecoverable) {
+                        return 3;
+                    }
+                    // read again from the group's committed offsets what the aborted one read
+                    Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(consumer.assignment());
+                    for (TopicPartition tp : consumer.assignment()) {
+                        OffsetAndMetadata at = committed.get(tp);
+                        if (at == null) consumer.seekToBeginning(Collections.singletonList(tp));
+                        else consumer.seek(tp, at.offset());
+                    }
+                    continue;
+                }
+                done += records.count();
+                emitCount("committed", done);
+            }
+        }
+    }
+
+    private static long committedTotal(KafkaConsumer<byte[], byte[]> consumer, String topic) {
+        java.util.Set<TopicPartition> tps = new java.util.HashSet<>();
+        for (PartitionInfo pi : consumer.partitionsFor(topic)) tps.add(new TopicPartition(topic, pi.partition()));
+        long sum = 0;
+        for (OffsetAndMetadata at : consumer.committed(tps).values()) if (at != null) sum += at.offset();
+        return sum;
     }
 
     private static Object offsetsForTimes(Map<String, Object> o) {
