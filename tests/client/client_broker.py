@@ -15,12 +15,15 @@ import asyncio
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "interop"))
+
+from interop_broker import free_port
 
 from tidelog.client.cluster import ClusterClient
 from tidelog.client.config import parse_config
@@ -40,12 +43,6 @@ def broker_kinds() -> tuple[str, ...]:
     if kind not in BROKER_KINDS:
         raise RuntimeError(f"{BROKER_ENV}={kind!r}: expected tansu or tidelog")
     return (kind,)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _command(kind: str, port: int, data_dir: Path, overrides: Sequence[str]) -> list[str]:
@@ -92,7 +89,7 @@ class Broker:
 
     def __init__(self, workdir: Path, kind: str, overrides: Sequence[str] = ()) -> None:
         self.kind = kind
-        self.port = _free_port()
+        self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.log = workdir / "broker.log"
         data = workdir / "data"

@@ -54,10 +54,49 @@ def broker_kind() -> str:
     return kind
 
 
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands out to bind(0) and to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed out by free_port in this process: never handed out twice.
+_handed_out: set[int] = set()
+# Each test process walks its own stretch of the range, so that two suites running side by
+# side on one machine do not race for the same ports.
+_port_cursor = 0
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, below the ephemeral range.
+
+    A port taken from bind(0) and released is free only for a moment: the kernel may hand it
+    again to the next bind(0) (a test's proxy, another broker) or to an outgoing connection
+    before the broker that was given it binds it, and the broker then fails with "in use".
+    Ports below the ephemeral range are never handed out by the kernel, so a port chosen there
+    and checked free stays free until someone binds it by number.
+    """
+    global _port_cursor
+    floor = min(_ephemeral_floor(), 32768)
+    low = 10000 if floor > 12000 else 1024
+    span = floor - low
+    if _port_cursor == 0:
+        _port_cursor = (os.getpid() * 7919) % span
+    for _ in range(span):
+        _port_cursor = (_port_cursor + 1) % span
+        port = low + _port_cursor
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise BrokerError(f"no free port between {low} and {floor}")
 
 
 def venv_bin() -> Path:
