@@ -94,6 +94,32 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    #: A reassignment under way (KIP-455): replicas being added (not yet in the ISR)
+    #: and being removed; ``replicas`` is the target followed by the removing ones.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    def changed(self, record: PartitionChangeRecord) -> PartitionImage:
+        """This partition after ``record``: the partition epoch one higher, the leader
+        epoch too when the leader changes (the one rule of replay, which the controller
+        also uses to answer with the state a change leads to)."""
+        leader = self.leader if record.leader is None else record.leader
+        return PartitionImage(
+            self.partition,
+            self.replicas if record.replicas is None else record.replicas,
+            self.isr if record.isr is None else record.isr,
+            leader,
+            self.leader_epoch + (1 if leader != self.leader else 0),
+            self.partition_epoch + 1,
+            self.adding_replicas if record.adding_replicas is None else record.adding_replicas,
+            self.removing_replicas
+            if record.removing_replicas is None
+            else record.removing_replicas,
+        )
 
 
 @dataclass(frozen=True)
@@ -403,6 +429,8 @@ class _Replay:
                 record.leader,
                 record.leader_epoch,
                 record.partition_epoch,
+                record.adding_replicas,
+                record.removing_replicas,
             )
         elif isinstance(record, PartitionChangeRecord):
             topic = self._topic(record.topic_id, "partition change")
@@ -412,15 +440,7 @@ class _Replay:
                 raise MetadataReplayError(
                     f"partition change names unknown partition {topic.name}-{record.partition}"
                 )
-            leader = old.leader if record.leader is None else record.leader
-            parts[record.partition] = PartitionImage(
-                record.partition,
-                old.replicas if record.replicas is None else record.replicas,
-                old.isr if record.isr is None else record.isr,
-                leader,
-                old.leader_epoch + (1 if leader != old.leader else 0),
-                old.partition_epoch + 1,
-            )
+            parts[record.partition] = old.changed(record)
             key = (topic.topic_id, record.partition)
             if key not in self.created_partitions:
                 self.changed_partitions[key] = None

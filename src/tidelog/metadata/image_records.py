@@ -122,6 +122,8 @@ def _records(image: MetadataImage) -> Iterator[tuple[MetadataRecord, int | None]
                     part.leader,
                     part.leader_epoch,
                     part.partition_epoch,
+                    part.adding_replicas,
+                    part.removing_replicas,
                 ),
                 None,
             )

@@ -295,7 +295,13 @@ class TopicRecord:
 
 @dataclass(frozen=True)
 class PartitionRecord:
-    """A partition of a topic with its whole state (creation, or a full restatement)."""
+    """A partition of a topic with its whole state (creation, or a full restatement).
+
+    ``adding_replicas`` and ``removing_replicas`` describe a reassignment under way
+    (KIP-455): ``replicas`` is then the target replicas followed by those being removed.
+    They are written only when not empty, so a record without them (every record written
+    before reassignments existed) reads as "no reassignment".
+    """
 
     TYPE: ClassVar[RecordType] = RecordType.PARTITION
     topic_id: uuid.UUID
@@ -305,9 +311,11 @@ class PartitionRecord:
     leader: int
     leader_epoch: int = 0
     partition_epoch: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
     def to_json(self) -> Json:
-        return {
+        body: Json = {
             "topic_id": str(self.topic_id),
             "partition": self.partition,
             "replicas": list(self.replicas),
@@ -316,6 +324,11 @@ class PartitionRecord:
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
         }
+        if self.adding_replicas:
+            body["adding_replicas"] = list(self.adding_replicas)
+        if self.removing_replicas:
+            body["removing_replicas"] = list(self.removing_replicas)
+        return body
 
     @classmethod
     def from_json(cls, f: _Fields) -> PartitionRecord:
@@ -327,15 +340,18 @@ class PartitionRecord:
             f.integer("leader"),
             f.integer("leader_epoch", 0),
             f.integer("partition_epoch", 0),
+            f.opt_integers("adding_replicas") or (),
+            f.opt_integers("removing_replicas") or (),
         )
 
 
 @dataclass(frozen=True)
 class PartitionChangeRecord:
-    """A change of leader, ISR or replicas; ``None`` fields stay as they are.
+    """A change of leader, ISR, replicas or reassignment; ``None`` fields stay as they are.
 
     Applying it raises the partition epoch by one, and the leader epoch by one when the
-    leader changes.
+    leader changes. ``adding_replicas``/``removing_replicas`` (KIP-455) are written only
+    when set, so records from before reassignments existed read as "unchanged".
     """
 
     TYPE: ClassVar[RecordType] = RecordType.PARTITION_CHANGE
@@ -344,15 +360,22 @@ class PartitionChangeRecord:
     leader: int | None = None
     isr: tuple[int, ...] | None = None
     replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
 
     def to_json(self) -> Json:
-        return {
+        body: Json = {
             "topic_id": str(self.topic_id),
             "partition": self.partition,
             "leader": self.leader,
             "isr": None if self.isr is None else list(self.isr),
             "replicas": None if self.replicas is None else list(self.replicas),
         }
+        if self.adding_replicas is not None:
+            body["adding_replicas"] = list(self.adding_replicas)
+        if self.removing_replicas is not None:
+            body["removing_replicas"] = list(self.removing_replicas)
+        return body
 
     @classmethod
     def from_json(cls, f: _Fields) -> PartitionChangeRecord:
@@ -362,6 +385,8 @@ class PartitionChangeRecord:
             f.opt_integer("leader"),
             f.opt_integers("isr"),
             f.opt_integers("replicas"),
+            f.opt_integers("adding_replicas"),
+            f.opt_integers("removing_replicas"),
         )
 
 

@@ -79,6 +79,13 @@ __all__ = ["Controller", "Listener", "NotControllerError", "QuorumCommit"]
 
 _log = logging.getLogger(__name__)
 
+#: The most replicas a partition may have on a node of a metadata quorum, or None for as
+#: many as there are active brokers. The one switch for replicated partitions: brokers do
+#: not copy partitions between them yet (issue 21's data path), so a cluster of several
+#: nodes gives every partition one replica until that work sets this to None. Placement,
+#: elections and reassignment are written and tested for any factor already.
+QUORUM_MAX_REPLICATION_FACTOR: int | None = 1
+
 R = TypeVar("R")
 #: A publisher of the loader: (new image, delta) after each committed change.
 Listener = Publisher
@@ -235,7 +242,7 @@ class Controller:
             self._config,
             self._static,
             self._runtime.random,
-            max_replication_factor=1 if self._quorum_mode else None,
+            max_replication_factor=QUORUM_MAX_REPLICATION_FACTOR if self._quorum_mode else None,
         )
 
     def _view(self) -> ControllerView:
@@ -268,9 +275,7 @@ class Controller:
             self._static,
             self._runtime.random,
             next_offset=self._quorum.next_offset(),
-            # Until partitions are replicated (issue 21), a topic has one replica per
-            # partition in a cluster of several nodes.
-            max_replication_factor=1,
+            max_replication_factor=QUORUM_MAX_REPLICATION_FACTOR,
         )
 
     # -- the commit path ---------------------------------------------------------------

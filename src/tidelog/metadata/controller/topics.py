@@ -21,6 +21,7 @@ from tidelog.metadata.controller.base import (
     ControllerView,
     per_item,
 )
+from tidelog.metadata.controller.placement import assign_replicas
 from tidelog.metadata.errors import OK, ApiError
 from tidelog.metadata.image import TOPIC_RESOURCE, TopicImage
 from tidelog.metadata.log import METADATA_TOPIC
@@ -195,13 +196,25 @@ def _internal_replication_factor(view: ControllerView, configured: int) -> int:
 
 
 def _placement(
-    view: ControllerView, start: int, count: int, replication_factor: int
+    view: ControllerView,
+    start: int,
+    count: int,
+    replication_factor: int,
+    start_broker: int | None = None,
 ) -> list[list[int]]:
+    """Replicas for partitions ``start`` .. ``start + count - 1`` on the active brokers
+    (see :mod:`.placement`)."""
     brokers = view.live_brokers()
-    return [
-        [brokers[(p + i) % len(brokers)] for i in range(replication_factor)]
-        for p in range(start, start + count)
-    ]
+    racks = {b: view.image.brokers[b].rack for b in brokers}
+    return assign_replicas(
+        brokers,
+        racks,
+        count,
+        replication_factor,
+        rng=view.random,
+        start_broker=start_broker,
+        first_partition=start,
+    )
 
 
 def _partition_records(
@@ -605,7 +618,10 @@ def _plan_partitions(
                 ),
                 [],
             )
-        assignments = _placement(view, current, added, factor)
+        first = topic.partitions.get(0)
+        assignments = _placement(
+            view, current, added, factor, first.replicas[0] if first is not None else None
+        )
     return OK, _partition_records(view, topic.topic_id, current, assignments)
 
 
