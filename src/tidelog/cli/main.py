@@ -25,6 +25,7 @@ from tidelog.cli import (
     serve,
     storage,
     topics,
+    transactions,
 )
 
 _NEGATIVE_NUMBER = re.compile(r"-\d+(\.\d*)?|-\.\d+")
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parser(commands)
     acls.add_parser(commands)
     groups.add_parser(commands)
+    transactions.add_parser(commands)
     dump_log.add_parser(commands)
     perf.add_parser(commands)
     agent.add_parser(commands)

@@ -37,10 +37,13 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    ProducerState,
     QuorumInfo,
     QuorumReplica,
     RecordMetadata,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 
 __all__ = [
@@ -68,6 +71,7 @@ __all__ = [
     "PartialFailureError",
     "PartitionInfo",
     "Producer",
+    "ProducerState",
     "QuorumInfo",
     "QuorumReplica",
     "RebalanceListener",
@@ -75,6 +79,8 @@ __all__ = [
     "RequestTimeoutError",
     "TopicInfo",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
     "UnsupportedApiError",
     "WakeupError",
 ]

@@ -37,9 +37,12 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    ProducerState,
     QuorumInfo,
     RecordMetadata,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from tidelog.protocol.acls import AclBinding, AclBindingFilter
 
@@ -431,6 +434,55 @@ class Admin(_Facade):
 
     def delete_groups(self, group_ids: Iterable[str]) -> None:
         self._run(self._core.delete_groups(list(group_ids)))
+
+    def list_transactions(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        producer_ids: Iterable[int] | None = None,
+        duration_filter_ms: int = -1,
+    ) -> list[TransactionListing]:
+        result: list[TransactionListing] = self._run(
+            self._core.list_transactions(
+                states=None if states is None else list(states),
+                producer_ids=None if producer_ids is None else list(producer_ids),
+                duration_filter_ms=duration_filter_ms,
+            )
+        )
+        return result
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        result: dict[str, TransactionDescription] = self._run(
+            self._core.describe_transactions(list(transactional_ids))
+        )
+        return result
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        result: dict[TopicPartition, list[ProducerState]] = self._run(
+            self._core.describe_producers(list(partitions))
+        )
+        return result
+
+    def abort_transaction(
+        self,
+        partition: TopicPartition,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        self._run(
+            self._core.abort_transaction(
+                partition,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+            )
+        )
 
     def alter_user_scram_credentials(
         self,

@@ -114,3 +114,44 @@ class QuorumInfo:
     high_watermark: int
     voters: tuple[QuorumReplica, ...]
     observers: tuple[QuorumReplica, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """A transactional id as its coordinator lists it (ListTransactions)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    #: the broker coordinating it
+    coordinator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id as its coordinator describes it (DescribeTransactions): the
+    current producer, its transaction's timeout, start (-1: no transaction open) and the
+    partitions in it (those still waiting for a marker while it ends)."""
+
+    transactional_id: str
+    coordinator_id: int
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_ms: int
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """A producer a partition keeps state for (DescribeProducers); the coordinator epoch is
+    -1 until a marker of it was written there, the transaction start offset -1 while it
+    has no open transaction on that partition."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int

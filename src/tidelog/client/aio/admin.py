@@ -11,11 +11,17 @@ moves or loads (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, COORDINATOR_LOAD_IN_
 lost connection) the call looks the coordinator up again and retries with exponential backoff
 until ``default.api.timeout.ms`` has passed, as Kafka's admin client does. OffsetFetch and
 OffsetCommit are sent at most at v9: v10 names topics by id only.
+
+Transactions (KIP-664): ListTransactions goes to every broker, DescribeTransactions to the
+transactional id's coordinator (FindCoordinator key type 1, retried as for groups),
+DescribeProducers to each partition's leader, and an abort (WriteTxnMarkers with ABORT, as
+Kafka's ``abortTransaction`` sends it) to the partition's leader.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import hashlib
 import os
@@ -32,6 +38,7 @@ from tidelog.client.errors import (
     BrokerConnectionError,
     ClientError,
     PartialFailureError,
+    UnsupportedApiError,
     broker_error,
 )
 from tidelog.client.groups import (
@@ -52,9 +59,12 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    ProducerState,
     QuorumInfo,
     QuorumReplica,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.protocol.acls import (
@@ -103,6 +113,9 @@ _MAX_BACKOFF_MS = 1000
 # v10 of these names topics only by id.
 _MAX_OFFSET_FETCH_VERSION = 9
 _MAX_OFFSET_COMMIT_VERSION = 9
+# FindCoordinator key types.
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
 # The highest DescribeQuorum the client reads (v2 adds the voters' directory ids and nodes).
 _MAX_DESCRIBE_QUORUM_VERSION = 2
 # The metadata quorum's log, the one partition DescribeQuorum describes.
@@ -141,6 +154,20 @@ def _item_error(code: Any, message: str | None, item: str) -> ClientError | None
     if error is ErrorCode.NONE:
         return None
     return broker_error(error, message, context=item)
+
+
+def _answer_for(answers: Iterable[Any], key_field: str, key: str, item: str) -> Any:
+    """The entry of a batched response that answers ``key``; its error, or a missing
+    entry (UNKNOWN_SERVER_ERROR), raised."""
+    answer = next((a for a in answers if getattr(a, key_field) == key), None)
+    if answer is None:
+        raise broker_error(
+            ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator did not answer for it", context=item
+        )
+    err = _item_error(answer.error_code, getattr(answer, "error_message", None), item)
+    if err is not None:
+        raise err
+    return answer
 
 
 class AIOAdmin:
@@ -567,32 +594,37 @@ class AIOAdmin:
                     raise
             attempt += 1
 
-    async def _find_coordinator_once(self, group: str) -> BrokerInfo:
+    async def _find_coordinator_once(self, key: str, key_type: int = GROUP_KEY) -> BrokerInfo:
         conn = await self.cluster.any_connection()
         response = await self._call(
             conn,
             ApiKey.FIND_COORDINATOR,
-            {"key": group, "key_type": 0, "coordinator_keys": [group]},
+            {"key": key, "key_type": key_type, "coordinator_keys": [key]},
         )
         # v4+ answers a list (one entry per key asked); earlier versions answer inline.
         answer = response.coordinators[0] if hasattr(response, "coordinators") else response
+        what = "group" if key_type == GROUP_KEY else "transactional id"
         err = _item_error(
-            answer.error_code, getattr(answer, "error_message", None), f"group {group!r}"
+            answer.error_code, getattr(answer, "error_message", None), f"{what} {key!r}"
         )
         if err is not None:
             raise err
         return BrokerInfo(int(answer.node_id), answer.host, int(answer.port), None)
 
     async def _coordinated(
-        self, group: str, attempt_call: Callable[[Connection], Awaitable[T]]
+        self,
+        key: str,
+        attempt_call: Callable[[Connection], Awaitable[T]],
+        key_type: int = GROUP_KEY,
     ) -> T:
-        """``attempt_call`` on the connection to ``group``'s coordinator; the coordinator is
-        looked up again and the call repeated while it moves or loads."""
+        """``attempt_call`` on the connection to the coordinator of ``key`` (a group, or a
+        transactional id with ``TRANSACTION_KEY``); the coordinator is looked up again and
+        the call repeated while it moves or loads."""
         deadline = time.monotonic() + self._timeout_ms / 1000
         attempt = 0
         while True:
             try:
-                coordinator = await self._find_coordinator_once(group)
+                coordinator = await self._find_coordinator_once(key, key_type)
                 if coordinator.node_id not in self.cluster.metadata.brokers:
                     await self.cluster.refresh([])
                 conn = await self.cluster.connection(coordinator.node_id)
@@ -673,18 +705,7 @@ class AIOAdmin:
             ApiKey.DESCRIBE_GROUPS,
             {"groups": [group], "include_authorized_operations": False},
         )
-        answer = next((g for g in response.groups if g.group_id == group), None)
-        if answer is None:
-            raise broker_error(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                "the coordinator did not describe it",
-                context=f"group {group!r}",
-            )
-        err = _item_error(
-            answer.error_code, getattr(answer, "error_message", None), f"group {group!r}"
-        )
-        if err is not None:
-            raise err
+        answer = _answer_for(response.groups, "group_id", group, f"group {group!r}")
         is_consumer = answer.protocol_type in ("consumer", "")
         members = []
         for m in answer.members:
@@ -896,16 +917,199 @@ class AIOAdmin:
 
     async def _delete_group(self, conn: Connection, group: str) -> None:
         response = await self._call(conn, ApiKey.DELETE_GROUPS, {"groups_names": [group]})
-        answer = next((r for r in response.results if r.group_id == group), None)
-        if answer is None:
-            raise broker_error(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                "the coordinator did not answer for it",
-                context=f"group {group!r}",
+        _answer_for(response.results, "group_id", group, f"group {group!r}")
+
+    # -- transactions (KIP-664, Kafka's abortTransaction) -------------------------------------
+
+    async def list_transactions(
+        self,
+        *,
+        states: Iterable[str] | None = None,
+        producer_ids: Iterable[int] | None = None,
+        duration_filter_ms: int = -1,
+    ) -> list[TransactionListing]:
+        """The transactional ids every broker coordinates, each with its coordinator;
+        only those in ``states``, of ``producer_ids``, and (ListTransactions v1+) whose
+        transaction has been open longer than ``duration_filter_ms``, when given."""
+        state_filter = list(states or ())
+        producer_filter = list(producer_ids or ())
+        await self.cluster.refresh([])
+        found: list[TransactionListing] = []
+        errors: dict[object, ClientError] = {}
+        for node in sorted(self.cluster.metadata.brokers):
+            try:
+                found.extend(
+                    await self._list_transactions_of(
+                        node, state_filter, producer_filter, duration_filter_ms
+                    )
+                )
+            except ClientError as exc:
+                errors[f"broker {node}"] = exc
+        _check(errors, "list transactions")
+        return sorted(found, key=lambda t: (t.transactional_id, t.coordinator_id))
+
+    async def _list_transactions_of(
+        self, node: int, states: list[str], producer_ids: list[int], duration_filter_ms: int
+    ) -> list[TransactionListing]:
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        attempt = 0
+        while True:
+            conn = await self.cluster.connection(node)
+            if duration_filter_ms >= 0 and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
+                raise UnsupportedApiError(
+                    f"broker {conn.address} cannot filter transactions by duration "
+                    "(it serves ListTransactions below v1)"
+                )
+            response = await self._call(
+                conn,
+                ApiKey.LIST_TRANSACTIONS,
+                {
+                    "state_filters": states,
+                    "producer_id_filters": producer_ids,
+                    "duration_filter": duration_filter_ms,
+                    "transactional_id_pattern": None,
+                },
             )
-        err = _item_error(answer.error_code, None, f"group {group!r}")
-        if err is not None:
-            raise err
+            code = ErrorCode.from_wire(int(response.error_code))
+            if code is ErrorCode.NONE:
+                return [
+                    TransactionListing(
+                        t.transactional_id, int(t.producer_id), t.transaction_state, node
+                    )
+                    for t in response.transaction_states
+                ]
+            if code not in COORDINATOR_RETRY_CODES or not await self._backoff(attempt, deadline):
+                raise broker_error(code, context=f"broker {node}")
+            attempt += 1
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, TransactionDescription]:
+        """Each id as its coordinator (found with FindCoordinator key type 1) describes it;
+        an unknown id fails with TRANSACTIONAL_ID_NOT_FOUND in the PartialFailureError."""
+        results: dict[str, TransactionDescription] = {}
+        errors: dict[object, ClientError] = {}
+        for tid in dict.fromkeys(transactional_ids):
+            try:
+                results[tid] = await self._coordinated(
+                    tid,
+                    functools.partial(self._describe_transaction, tid=tid),
+                    TRANSACTION_KEY,
+                )
+            except ClientError as exc:
+                errors[tid] = exc
+        _check(errors, "describe transactions")
+        return results
+
+    async def _describe_transaction(self, conn: Connection, tid: str) -> TransactionDescription:
+        response = await self._call(
+            conn, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]}
+        )
+        answer = _answer_for(
+            response.transaction_states, "transactional_id", tid, f"transactional id {tid!r}"
+        )
+        start = answer.transaction_start_time
+        return TransactionDescription(
+            transactional_id=tid,
+            coordinator_id=conn.node_id,
+            state=answer.transaction_state,
+            producer_id=int(answer.producer_id),
+            producer_epoch=int(answer.producer_epoch),
+            transaction_timeout_ms=_millis(answer.transaction_timeout),
+            transaction_start_ms=round(start.timestamp() * 1000),
+            partitions=tuple(
+                TopicPartition(t.topic, int(p)) for t in answer.topics for p in t.partitions
+            ),
+        )
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader keeps state for (DescribeProducers), with
+        the start offset of each one's open transaction there."""
+        wanted = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
+        await self.cluster.refresh(sorted({tp.topic for tp in wanted}))
+        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+        errors: dict[object, ClientError] = {}
+        for tp in wanted:
+            leader = self.cluster.metadata.leader(tp.topic, tp.partition)
+            if leader is None:
+                known = tp.topic in self.cluster.metadata.topics
+                code = (
+                    ErrorCode.LEADER_NOT_AVAILABLE
+                    if known
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                errors[tp] = broker_error(code, context=str(tp))
+            else:
+                by_leader[leader].append(tp)
+        out: dict[TopicPartition, list[ProducerState]] = {}
+        for leader, tps in sorted(by_leader.items()):
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append(tp.partition)
+            conn = await self.cluster.connection(leader)
+            response = await self._call(
+                conn,
+                ApiKey.DESCRIBE_PRODUCERS,
+                {"topics": [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]},
+            )
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, int(p.partition_index))
+                    err = _item_error(p.error_code, getattr(p, "error_message", None), str(tp))
+                    if err is not None:
+                        errors[tp] = err
+                        continue
+                    out[tp] = [
+                        ProducerState(
+                            producer_id=int(s.producer_id),
+                            producer_epoch=int(s.producer_epoch),
+                            last_sequence=int(s.last_sequence),
+                            last_timestamp=int(s.last_timestamp),
+                            coordinator_epoch=int(s.coordinator_epoch),
+                            current_txn_start_offset=int(s.current_txn_start_offset),
+                        )
+                        for s in p.active_producers
+                    ]
+        _check(errors, "describe producers")
+        return {tp: out[tp] for tp in wanted}
+
+    async def abort_transaction(
+        self,
+        partition: TopicPartition,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """End the open transaction of a producer on one partition with an ABORT marker,
+        sent to the partition's leader as a coordinator sends it (WriteTxnMarkers), as
+        Kafka's ``Admin.abortTransaction`` does: the way out of a hanging transaction
+        that no coordinator will ever end."""
+        tp = TopicPartition(*partition)
+        conn = await self.cluster.leader_connection(tp.topic, tp.partition)
+        response = await self._call(
+            conn,
+            ApiKey.WRITE_TXN_MARKERS,
+            {
+                "markers": [
+                    {
+                        "producer_id": producer_id,
+                        "producer_epoch": producer_epoch,
+                        "transaction_result": False,
+                        "topics": [{"name": tp.topic, "partition_indexes": [tp.partition]}],
+                        "coordinator_epoch": coordinator_epoch,
+                    }
+                ]
+            },
+        )
+        for marker in response.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    err = _item_error(p.error_code, None, f"abort the transaction on {tp}")
+                    if err is not None:
+                        raise err
 
     # -- SCRAM credentials (KIP-554) ---------------------------------------------------------
 
@@ -1022,6 +1226,13 @@ class AIOAdmin:
             )
         _check(errors, "delete ACLs")
         return deleted
+
+
+def _millis(value: Any) -> int:
+    """kio reads millisecond durations as timedelta."""
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
 
 
 def _filter_fields(acl_filter: AclBindingFilter) -> dict[str, Any]:
