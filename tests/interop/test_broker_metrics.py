@@ -145,3 +145,69 @@ def test_metrics_port_in_use_is_refused_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     [line] = [text for text in result.stderr.splitlines() if "tidelog serve" in text]
     assert "metrics.listener" in line and "cannot listen" in line, line
+
+
+def test_request_pipeline_and_transaction_figures(metrics: Metrics, topic_name: str) -> None:
+    """A transactional producer commits and aborts through confluent-kafka: the coordinator's
+    counts follow; every answered request has its time split; nothing is left in the
+    queue once the clients are done."""
+    bootstrap = metrics.broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic_name, num_partitions=1)])[topic_name].result(timeout=30)
+    before = metrics.scrape()
+    txn = "kafka_coordinator_transaction"
+    commits = value(before, f"{txn}_completed_total", result="commit") or 0
+    aborts = value(before, f"{txn}_completed_total", result="abort") or 0
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic_name}-tx"})
+    producer.init_transactions(30)
+    for commit in (True, True, False):
+        producer.begin_transaction()
+        producer.produce(topic_name, value=b"v")
+        # Sent before the abort: librdkafka drops unsent records and skips EndTxn for a
+        # transaction that never reached a partition.
+        assert producer.flush(30) == 0
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"open")
+    producer.flush(30)
+
+    def completed(commit: float, abort: float) -> bool:
+        # Complete is written once the markers are durable, after EndTxn is answered.
+        sample = metrics.scrape()
+        return (
+            value(sample, f"{txn}_completed_total", result="commit") == commit
+            and value(sample, f"{txn}_completed_total", result="abort") == abort
+        )
+
+    wait_until(lambda: completed(commits + 2, aborts + 1), "2 commits and an abort completed")
+    during = metrics.scrape()
+    assert (value(during, f"{txn}_transactions", state="Ongoing") or 0) >= 1
+    assert value(during, f"{txn}_partitions_loading") == 0
+    assert value(during, "kafka_coordinator_group_partitions_loading") == 0
+    producer.abort_transaction(30)
+    wait_until(lambda: completed(commits + 2, aborts + 2), "the open transaction aborted")
+    after = metrics.scrape()
+    assert value(after, f"{txn}_transactions", state="Ongoing") is None
+    for api in ("Produce", "EndTxn", "AddPartitionsToTxn", "InitProducerId"):
+        answered = value(after, "kafka_network_requests_total", api=api)
+        assert answered, api
+        for part in ("queue", "local", "remote", "response_send"):
+            name = f"kafka_network_request_{part}_time_seconds_count"
+            assert value(after, name, api=api) == answered, (api, part)
+    for ratio in (
+        "kafka_network_processor_avg_idle_ratio",
+        "kafka_server_request_handler_avg_idle_ratio",
+    ):
+        measured = value(after, ratio)
+        assert measured is not None and 0 <= measured <= 1, (ratio, measured)
+    del producer  # closes its connections
+    wait_until(
+        lambda: (
+            value(metrics.scrape(), "kafka_network_request_queue_size", listener="PLAINTEXT") == 0
+        ),
+        "every request answered",
+    )

@@ -205,6 +205,9 @@ class BrokerApp:
                 log=node.raft_log,
                 store=node.quorum_state,
             )
+            if self.metrics is not None:
+                driver.on_commit_latency = self.metrics.observe_commit
+                driver.on_election = self.metrics.observe_election
             quorum = self.quorum = QuorumNode(node, driver)
             await quorum.start()
         # The group coordinator loads __consumer_offsets in the background; until a
@@ -334,7 +337,11 @@ class BrokerApp:
             return
         self.metrics = BrokerMetrics()
         server = MetricsServer(
-            self.metrics, *address, broker=lambda: self.broker, ready=self.not_ready_reason
+            self.metrics,
+            *address,
+            broker=lambda: self.broker,
+            ready=self.not_ready_reason,
+            quorum=lambda: self.quorum,
         )
         try:
             await server.start()

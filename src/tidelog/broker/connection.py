@@ -83,9 +83,10 @@ _RECV_SIZE = 256 * 1024
 #: What a connection may take before a SASL client has authenticated (Kafka's list).
 _BEFORE_SASL = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
-#: What the reader hands the writer: header, reply, when the frame was taken and when its
-#: handler returned (``time.perf_counter``); the times feed the request metrics.
-_Queued = tuple[RequestHeader | None, Any, float, float]
+#: What the reader hands the writer: header, reply, when the bytes that completed the frame
+#: were read, when its handler started and when it returned (``time.perf_counter``); the
+#: times feed the request metrics.
+_Queued = tuple[RequestHeader | None, Any, float, float, float]
 
 
 class RequestContext:
@@ -171,6 +172,13 @@ class Connection:
             max_frame_size = min(max_frame_size, security.sasl_max_receive_size)
         self._decoder = FrameDecoder(max_frame_size)
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue(max(1, max_in_flight))
+        #: Requests of this connection taken and not yet answered, and the listener's
+        #: total of them that the metrics report (None: metrics are off).
+        self._unanswered = 0
+        metrics = broker.metrics
+        self._queue_size = metrics.request_queue(listener) if metrics is not None else None
+        #: When the last read returned: a frame waits from then until its handler starts.
+        self._received = 0.0
         self._loop = asyncio.get_running_loop()
         self._reading: asyncio.Task[None] | None = None
         self._closing = False
@@ -259,7 +267,7 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
             if not writer.done() and not self._peer_closed:
-                await self._queue.put((None, None, 0.0, 0.0))
+                await self._queue.put((None, None, 0.0, 0.0, 0.0))
                 await writer
         except (ConnectionError, OSError, _Closed):
             pass
@@ -271,6 +279,10 @@ class Connection:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.sleep(self._security.failed_authentication_delay_ms / 1000)
             self._drain_unsent()
+            if self._queue_size is not None:
+                # Requests that will never be answered leave the listener's queue.
+                self._queue_size.value -= self._unanswered
+            self._unanswered = 0
             with contextlib.suppress(OSError):
                 self._sock.close()
 
@@ -304,6 +316,7 @@ class Connection:
                 if n == 0:
                     self._peer_closed = True
                     return
+                self._received = time.perf_counter()
                 for frame in self._decoder.feed(view[:n]):
                     await self._handle_frame(frame)
                     if self._closing:
@@ -334,7 +347,8 @@ class Connection:
             return
         if self.sasl.complete:
             self.authenticated()
-        await self._queue.put((None, size_prefix(len(token)) + token, taken, time.perf_counter()))
+        token = size_prefix(len(token)) + token
+        await self._queue.put((None, token, taken, taken, time.perf_counter()))
 
     async def _handle_frame(self, frame: memoryview) -> None:
         sasl = self.sasl
@@ -342,19 +356,24 @@ class Connection:
             await self._raw_sasl_token(frame)
             return
         taken = time.perf_counter()
+        # Frames read together wait for the handlers of the ones before them.
+        received = min(self._received, taken)
+        self._took()
         try:
             header, request = parse_request(frame, self._accepted)
         except UnsupportedVersionError as exc:
             assert exc.header is not None
             if exc.header.api_key == ApiKey.API_VERSIONS:
                 fallback = encode_api_versions_fallback(exc.header)
-                await self._queue.put((exc.header, fallback, taken, time.perf_counter()))
+                await self._queue.put((exc.header, fallback, received, taken, time.perf_counter()))
                 return
+            self._answered()
             _log.warning("closing connection from %s: %s", self.peer, exc)
             self._closing = True
             return
         except ProtocolError as exc:
             _log.warning("closing connection from %s: %s", self.peer, exc)
+            self._answered()
             self._closing = True
             return
         if sasl is not None and not sasl.complete and header.api_key not in _BEFORE_SASL:
@@ -363,6 +382,7 @@ class Connection:
                 self.peer,
                 ApiKey(header.api_key).name,
             )
+            self._answered()
             self._closing = True
             return
         handler = self._handlers[header.api_key]
@@ -371,6 +391,7 @@ class Connection:
             reply = await handler(ctx, request)
         except CloseConnection as exc:
             _log.info("closing connection from %s: %s", self.peer, exc)
+            self._answered()
             self._closing = True
             return
         except Exception:
@@ -382,9 +403,10 @@ class Connection:
                 header.api_version,
                 self.peer,
             )
+            self._answered()
             self._closing = True
             return
-        await self._queue.put((header, reply, taken, time.perf_counter()))
+        await self._queue.put((header, reply, received, taken, time.perf_counter()))
         if self._close_after_reply:
             self._closing = True
 
@@ -394,7 +416,7 @@ class Connection:
         metrics = self._broker.metrics
         slow_log = self._broker.slow_request_log
         while True:
-            header, reply, taken, handled = await self._queue.get()
+            header, reply, received, taken, handled = await self._queue.get()
             if header is None and reply is None:
                 return
             ready = handled
@@ -402,9 +424,16 @@ class Connection:
                 reply = await reply.waiter
                 ready = time.perf_counter()
             if reply is NO_RESPONSE:
+                if header is not None:
+                    self._answered()
                 if metrics is not None and header is not None:
                     metrics.request_done(
-                        header.api_key, (), ready - taken, handled - taken, ready - handled
+                        header.api_key,
+                        (),
+                        ready - received,
+                        handled - taken,
+                        ready - handled,
+                        queue=taken - received,
                     )
                 if slow_log is not None and header is not None:
                     slow_log.observe(
@@ -426,9 +455,16 @@ class Connection:
             if header is None:
                 continue
             sent = time.perf_counter()
+            self._answered()
             if metrics is not None:
                 metrics.request_done(
-                    header.api_key, error_codes, sent - taken, handled - taken, ready - handled
+                    header.api_key,
+                    error_codes,
+                    sent - received,
+                    handled - taken,
+                    ready - handled,
+                    queue=taken - received,
+                    send=sent - ready,
                 )
             if slow_log is not None:
                 slow_log.observe(
@@ -501,9 +537,19 @@ class Connection:
         finally:
             self._loop.remove_writer(self._fd)
 
+    def _took(self) -> None:
+        self._unanswered += 1
+        if self._queue_size is not None:
+            self._queue_size.value += 1
+
+    def _answered(self) -> None:
+        self._unanswered -= 1
+        if self._queue_size is not None:
+            self._queue_size.value -= 1
+
     def _drain_unsent(self) -> None:
         while not self._queue.empty():
-            _, reply, _, _ = self._queue.get_nowait()
+            _, reply, _, _, _ = self._queue.get_nowait()
             if isinstance(reply, EncodedResponse):
                 reply.close()
             elif isinstance(reply, Deferred):

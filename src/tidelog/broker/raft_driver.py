@@ -129,6 +129,8 @@ class _Proposal:
     epoch: int
     last_offset: int
     future: asyncio.Future[int]
+    #: ``time.monotonic()`` when proposed, for the commit latency
+    proposed_at: float = 0.0
 
 
 @dataclass
@@ -207,6 +209,11 @@ class RaftDriver:
         self._replicas: dict[int, _ReplicaFetches] = {}
         self._replicas_epoch = -1
         self._closed = False
+        #: Observers of the commit latency of this node's proposals and of each stretch
+        #: without a known leader (seconds), for the broker's metrics; None: not observed.
+        self.on_commit_latency: Callable[[float], None] | None = None
+        self.on_election: Callable[[float], None] | None = None
+        self._leaderless_since: float | None = time.monotonic()
 
     @classmethod
     def from_config(
@@ -359,7 +366,9 @@ class RaftDriver:
         if result.error is not ErrorCode.NONE:
             future.set_exception(NotLeaderError(result.leader_id, result.epoch))
             return future
-        self._proposals.append(_Proposal(result.epoch, result.last_offset, future))
+        self._proposals.append(
+            _Proposal(result.epoch, result.last_offset, future, time.monotonic())
+        )
         # The node flushes and offers the entry on its next tick, which is due now.
         self._apply(Effects())
         return future
@@ -514,8 +523,20 @@ class RaftDriver:
                 del self._held[correlation]
                 self._answer_forgotten(held, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self._settle_proposals()
+        self._note_leader()
         self._feed_subscribers()
         self._schedule()
+
+    def _note_leader(self) -> None:
+        """Time each stretch without a known leader (start, lost leader) until one is
+        known: an election, as this node saw it."""
+        if self.leader_id is None:
+            if self._leaderless_since is None:
+                self._leaderless_since = time.monotonic()
+        elif self._leaderless_since is not None:
+            if self.on_election is not None:
+                self.on_election(time.monotonic() - self._leaderless_since)
+            self._leaderless_since = None
 
     def _reply(self, envelope: Envelope) -> None:
         held = self._held.pop(envelope.correlation_id, None)
@@ -559,6 +580,8 @@ class RaftDriver:
                 continue
             if proposal.last_offset < hw and self._holds(proposal):
                 proposal.future.set_result(proposal.last_offset)
+                if self.on_commit_latency is not None:
+                    self.on_commit_latency(time.monotonic() - proposal.proposed_at)
             elif not leading or node.epoch != proposal.epoch:
                 proposal.future.set_exception(NotLeaderError(self.leader_id, node.epoch))
             else:

@@ -15,7 +15,15 @@ from tidelog.broker.app import BrokerApp
 from tidelog.broker.broker import Broker
 from tidelog.broker.fetch_response import PartitionResult, TopicResult, encode_fetch_response
 from tidelog.broker.handlers.produce import handle_produce
-from tidelog.broker.metrics import BrokerMetrics, GroupState, ScrapeState, api_name, error_codes
+from tidelog.broker.metrics import (
+    BrokerMetrics,
+    GroupState,
+    QuorumFigures,
+    ScrapeState,
+    TransactionFigures,
+    api_name,
+    error_codes,
+)
 from tidelog.metadata.configs import BrokerConfig
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.storage import ConfigError, LogManager
@@ -244,3 +252,143 @@ def test_ready_says_why_not_in_one_line(tmp_path: Path) -> None:
         (200, "up\n"),
         (503, "not ready: stopping\n"),
     ]
+
+
+def test_request_queue_size_and_time_split_over_a_real_connection(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request is in the listener's queue from the moment it is taken until its answer
+    is sent, deferred or not; a client that hangs up takes its unanswered ones away."""
+    from tidelog.broker.handlers import HANDLERS, api_versions
+    from tidelog.broker.reply import Deferred
+
+    from .test_server import _serve, api_versions_v3
+
+    metrics = BrokerMetrics()
+    broker.metrics = metrics
+    original = api_versions.handle_api_versions
+    release = asyncio.Event()
+    handled: list[int] = []
+
+    async def held(ctx: Any, request: Any) -> Any:
+        response = await original(ctx, request)
+        handled.append(ctx.header.correlation_id)
+
+        async def later() -> Any:
+            await release.wait()
+            return response
+
+        return Deferred(later())
+
+    monkeypatch.setitem(HANDLERS, ApiKey.API_VERSIONS, held)
+
+    def queued() -> dict[str, int]:
+        return metrics.gather_requests().queues
+
+    async def until(check: Any) -> None:
+        for _ in range(500):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+
+    async def scenario() -> None:
+        async for _, connect in _serve(broker):
+            client = await connect()
+            await client.send(api_versions_v3(1) + api_versions_v3(2) + api_versions_v3(3))
+            await until(lambda: len(handled) == 3)
+            assert queued() == {"PLAINTEXT": 3}
+            release.set()
+            for _ in range(3):
+                await client.frame()
+            await until(lambda: queued() == {"PLAINTEXT": 0})
+            client.close()
+
+            release.clear()
+            gone = await connect()
+            await gone.send(api_versions_v3(4))
+            await until(lambda: queued() == {"PLAINTEXT": 1})
+            gone.close()
+            await until(lambda: queued() == {"PLAINTEXT": 0})
+
+    asyncio.run(scenario())
+    sample = parse(metrics.render(metrics.gather_requests()))
+    assert value(sample, "kafka_network_request_queue_size", listener="PLAINTEXT") == 0
+    # The three answered requests have every part of the split; the dropped one none.
+    for part in ("total", "queue", "local", "remote", "response_send"):
+        name = f"kafka_network_request_{part}_time_seconds_count"
+        assert value(sample, name, api="ApiVersions") == 3, part
+    # Two frames waited behind the handler of the first one read with them.
+    total = value(sample, "kafka_network_request_total_time_seconds_sum", api="ApiVersions")
+    parts = sum(
+        value(sample, f"kafka_network_request_{part}_time_seconds_sum", api="ApiVersions") or 0
+        for part in ("queue", "local", "remote", "response_send")
+    )
+    assert total == pytest.approx(parts)
+
+
+def test_idle_ratios_cover_the_time_since_the_previous_scrape() -> None:
+    wall, cpu = [100.0], [5.0]
+    metrics = BrokerMetrics(idle_clocks=(lambda: wall[0], lambda: cpu[0]))
+    wall[0], cpu[0] = 110.0, 7.0  # 10 s: the loop thread used 2 s of CPU
+    metrics.request_done(ApiKey.PRODUCE, [], 6.0, 4.0, 2.0)  # 4 s in a handler
+    first = parse(metrics.render(metrics.gather_requests()))
+    assert value(first, "kafka_network_processor_avg_idle_ratio") == pytest.approx(0.8)
+    assert value(first, "kafka_server_request_handler_avg_idle_ratio") == pytest.approx(0.6)
+    wall[0], cpu[0] = 120.0, 7.0  # the next 10 s: nothing ran
+    second = parse(metrics.render(metrics.gather_requests()))
+    assert value(second, "kafka_network_processor_avg_idle_ratio") == 1.0
+    assert value(second, "kafka_server_request_handler_avg_idle_ratio") == 1.0
+
+
+def test_quorum_and_coordinator_figures() -> None:
+    metrics = BrokerMetrics()
+    metrics.observe_commit(0.004)
+    metrics.observe_commit(0.2)
+    metrics.observe_election(1.3)
+    quorum = QuorumFigures(
+        leader=2,
+        epoch=7,
+        role="leader",
+        high_watermark=120,
+        log_end_offset=125,
+        applied_offset=117,
+        voters={1: 125, 2: 125, 3: 100, 4: -1},
+        fenced_brokers=1,
+        active_brokers=2,
+        commit_latency=metrics.commit_latency.copy(),
+        election_latency=metrics.election_latency.copy(),
+    )
+    state = ScrapeState(
+        groups=[GroupState("a", "Stable", 1, []), GroupState("b", "Stable", 2, [])],
+        group_partitions_loading=3,
+        transactions=TransactionFigures({"Ongoing": 2, "CompleteCommit": 5}, 5, 1, 1, 0),
+        active_controller=False,
+        quorum=quorum,
+    )
+    sample = parse(metrics.render(state))
+    assert value(sample, "kafka_raft_current_leader") == 2
+    assert value(sample, "kafka_raft_current_epoch") == 7
+    assert value(sample, "kafka_raft_current_state", state="leader") == 1
+    assert value(sample, "kafka_raft_high_watermark") == 120
+    assert value(sample, "kafka_raft_log_end_offset") == 125
+    assert value(sample, "kafka_raft_voter_lag", voter="3") == 25
+    assert value(sample, "kafka_raft_voter_lag", voter="1") == 0
+    # A voter not heard from in this epoch has no figure rather than a made-up one.
+    assert value(sample, "kafka_raft_voter_log_end_offset", voter="4") is None
+    assert value(sample, "kafka_raft_commit_latency_seconds_count") == 2
+    assert value(sample, "kafka_raft_commit_latency_seconds_bucket", le="0.005") == 1
+    assert value(sample, "kafka_raft_election_latency_seconds_sum") == pytest.approx(1.3)
+    assert value(sample, "kafka_controller_fenced_broker_count") == 1
+    assert value(sample, "kafka_controller_active_broker_count") == 2
+    assert value(sample, "kafka_controller_active_controller") == 0
+    assert value(sample, "kafka_server_metadata_last_applied_offset") == 117
+    assert value(sample, "kafka_server_metadata_apply_lag") == 2  # offsets 118 and 119
+    assert value(sample, "kafka_coordinator_group_groups", state="Stable") == 2
+    assert value(sample, "kafka_coordinator_group_partitions_loading") == 3
+    txn = "kafka_coordinator_transaction"
+    assert value(sample, f"{txn}_transactions", state="Ongoing") == 2
+    assert value(sample, f"{txn}_completed_total", result="commit") == 5
+    assert value(sample, f"{txn}_completed_total", result="abort") == 1
+    assert value(sample, f"{txn}_timed_out_total") == 1
+    assert value(sample, f"{txn}_partitions_loading") == 0

@@ -344,3 +344,28 @@ def test_only_kafkas_transitions_are_legal(target: TxnState) -> None:
         else:
             with pytest.raises(IllegalTransition):
                 meta.transit(target, 0)
+
+
+def test_counts_of_completed_and_timed_out_transactions() -> None:
+    """What the broker's metrics report: commits, aborts and timeouts completed here, and
+    the ids by state."""
+    h = TxnHarness(
+        TransactionConfig(
+            transaction_state_log_num_partitions=4,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms=1000,
+        )
+    )
+    h.advance(0)
+    committed = begin(h, "committed")
+    assert h.end("committed", *committed, commit=True).error is E.NONE
+    aborted = begin(h, "aborted")
+    assert h.end("aborted", *aborted, commit=False).error is E.NONE
+    begin(h, "open")
+    c = h.coordinator
+    assert (c.committed_count, c.aborted_count, c.timed_out_count) == (1, 1, 0)
+    assert c.state_counts() == {"CompleteCommit": 1, "CompleteAbort": 1, "Ongoing": 1}
+    # "open" passes its transaction timeout: aborted by the coordinator, counted once.
+    h.advance(62_000)  # past the default 60 s timeout of begin()
+    assert h.state("open") == "CompleteAbort"
+    assert (c.committed_count, c.aborted_count, c.timed_out_count) == (1, 2, 1)
+    assert c.state_counts() == {"CompleteCommit": 1, "CompleteAbort": 2}

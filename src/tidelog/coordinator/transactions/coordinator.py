@@ -154,6 +154,11 @@ class TransactionCoordinator:
         self._sends: dict[int, str] = {}
         self._next_send_id = 1
         self._started = False
+        #: Transactions completed here since start, and the ones aborted for their timeout
+        #: (what the broker's metrics report; a reload does not count replayed ones).
+        self.committed_count = 0
+        self.aborted_count = 0
+        self.timed_out_count = 0
 
     # -- ownership and loading
 
@@ -307,7 +312,12 @@ class TransactionCoordinator:
         transit = meta.transit(target, now_ms, partitions=frozenset())
 
         def done(error: ErrorCode, now: int, out: TxnEffects) -> None:
-            if error is not E.NONE and self._txns.get(meta.transactional_id) is meta:
+            if error is E.NONE:
+                if commit:
+                    self.committed_count += 1
+                else:
+                    self.aborted_count += 1
+            elif self._txns.get(meta.transactional_id) is meta:
                 # Still Prepare*: the markers are idempotent, so write them again and retry.
                 meta.markers_left = set()
                 self._timers.schedule(
@@ -369,7 +379,7 @@ class TransactionCoordinator:
                 and meta.partition in self._owned
                 and meta.start_timestamp + meta.timeout_ms < now_ms
             ):
-                self._fence_and_abort(meta, now_ms, effects)
+                self._fence_and_abort(meta, now_ms, effects, timed_out=True)
 
     def expire_transactional_ids(self, now_ms: int, effects: TxnEffects) -> None:
         """Tombstone every id with no transaction idle for ``transactional.id.expiration.ms``."""
@@ -402,7 +412,14 @@ class TransactionCoordinator:
 
     # -- fencing and aborting
 
-    def _fence_and_abort(self, meta: TransactionMetadata, now_ms: int, effects: TxnEffects) -> None:
+    def _fence_and_abort(
+        self,
+        meta: TransactionMetadata,
+        now_ms: int,
+        effects: TxnEffects,
+        *,
+        timed_out: bool = False,
+    ) -> None:
         """Bump the epoch of an Ongoing transaction in memory and write its PrepareAbort with
         it (Kafka's ``prepareFenceProducerEpoch``): the producer is fenced from then on."""
         old_epoch = meta.producer_epoch
@@ -416,6 +433,7 @@ class TransactionCoordinator:
 
         def done(error: ErrorCode, now: int, out: TxnEffects) -> None:
             if error is E.NONE:
+                self.timed_out_count += timed_out
                 self._send_markers(meta, out)
             elif self._txns.get(meta.transactional_id) is meta:
                 # Not written: the log still holds the old epoch, so memory must too; the
@@ -726,6 +744,15 @@ class TransactionCoordinator:
 
     def transactional_ids(self) -> list[str]:
         return sorted(self._txns)
+
+    def state_counts(self) -> dict[str, int]:
+        """Transactional ids of the owned partitions by state (Kafka's state names)."""
+        counts: dict[str, int] = {}
+        for meta in self._txns.values():
+            if meta.partition in self._owned:
+                name = meta.state.kafka_name
+                counts[name] = counts.get(name, 0) + 1
+        return counts
 
 
 def _is_retry_of_id_move(meta: TransactionMetadata, req: InitProducerIdRequest) -> bool:
