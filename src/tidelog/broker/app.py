@@ -34,6 +34,7 @@ from tidelog.broker.metrics import BrokerMetrics, MetricsServer
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.quorum import QuorumNode
 from tidelog.broker.raft_driver import RaftDriver
+from tidelog.broker.readiness import coordinators_not_ready
 from tidelog.broker.request_log import SlowRequestLog
 from tidelog.broker.server import BrokerServer
 from tidelog.broker.transactions import TransactionDriver
@@ -364,13 +365,9 @@ class BrokerApp:
             return "starting: metadata and logs are being loaded"
         if self.broker.stopping:
             return "stopping"
-        groups = self.broker.groups
-        if groups is None or groups.stopped:
-            return "the group coordinator is not running"
-        loading = groups.loading
-        if loading:
-            return f"the group coordinator is loading {len(loading)} __consumer_offsets partitions"
-        return None
+        return coordinators_not_ready(
+            [("group", self.broker.groups), ("transaction", self.broker.transactions)]
+        )
 
     def _start_background(self, config: BrokerConfig) -> None:
         logs = self.logs
