@@ -9,6 +9,9 @@ the background) and stops first, answering the group requests still waiting.
 Stop (SIGTERM/SIGINT): stop accepting and reading, finish the requests already taken
 and send their responses, then flush and close every log with the clean-shutdown marker
 so the next start skips recovery.
+An I/O error takes its log dir offline (:mod:`tidelog.storage.manager`); the broker then
+answers KAFKA_STORAGE_ERROR for the partitions on it, and stops -- one error line, exit
+status 1 -- once no log dir is left, as Kafka does.
 
 Every log dir (and the metadata log dir) is locked (``<dir>/.lock``) before anything in it
 is read or written, and stays locked until the stop: a second broker on the same data is
@@ -46,6 +49,7 @@ from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
 from tidelog.metadata.node import MetadataNode, build_metadata_node
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, VersionRange, restrict
 from tidelog.protocol.versions import CONTROLLER_VERSIONS
+from tidelog.runtime.failing_disk import with_failing_dirs
 from tidelog.runtime.filelock import FileLock, LockHeldError
 from tidelog.runtime.system import Runtime, wall_clock_ms
 from tidelog.security import ListenerSecurity, listener_security
@@ -63,7 +67,8 @@ class StartupError(Exception):
 
 class StopError(Exception):
     """Closing the logs failed (a full disk...): they are not marked clean, so the next start
-    recovers them. The message is one line."""
+    recovers them; or the broker stopped because every log dir went offline. The message is
+    one line."""
 
 
 #: The security protocols a listener is served with. A listener named for another one
@@ -126,6 +131,8 @@ class BrokerApp:
         self.quorum: QuorumNode | None = None
         #: Set by SIGTERM/SIGINT; a quorum node waiting to be let in stops waiting.
         self.stop_requested = asyncio.Event()
+        #: Why the broker stopped by itself (every log dir offline), one line; None else.
+        self.failure: str | None = None
 
     @property
     def port(self) -> int:
@@ -162,6 +169,10 @@ class BrokerApp:
             ),
             reserved_dirs={f"{METADATA_TOPIC}-{METADATA_PARTITION}"},
             on_sync=self.metrics.observe_fsync if self.metrics is not None else None,
+            fsync=with_failing_dirs(self.runtime.fsync),
+        )
+        logs.on_dir_offline.append(
+            lambda directory, cause: loop.call_soon_threadsafe(self._log_dir_offline)
         )
         await asyncio.to_thread(logs.open)
         self.logs = logs
@@ -413,6 +424,19 @@ class BrokerApp:
             controller.register_local_broker()
         controller.tick(self.clock())
 
+    def _log_dir_offline(self) -> None:
+        """A log dir went offline (the manager logged which and why): wake the long polls
+        of its partitions; with no log dir left, stop."""
+        logs, broker = self.logs, self.broker
+        if broker is not None:
+            broker.partitions.wake_offline()
+        if logs is not None and not logs.online_dirs and self.failure is None:
+            self.failure = "every log dir is offline after I/O errors: " + "; ".join(
+                f"{directory}: {cause}" for directory, cause in logs.offline_dirs.items()
+            )
+            _log.error("shutting down: %s", self.failure)
+            self.stop_requested.set()
+
     def _sync_coordinators(self) -> None:
         broker = self.broker
         if broker is None:
@@ -522,7 +546,8 @@ async def serve_until_signalled(
         if on_started is not None and not stop.is_set():
             await on_started(app)
         await stop.wait()
-        _log.info("shutting down")
+        if app.failure is None:
+            _log.info("shutting down")
     finally:
         try:
             await app.stop()
@@ -530,7 +555,11 @@ async def serve_until_signalled(
             closing = f"closing failed, the next start recovers: {failure_line(config, exc)}"
             if failed is not None:
                 raise StartupError(f"{failed}; then {closing}") from exc
+            if app.failure is not None:
+                raise StopError(app.failure) from exc
             raise StopError(closing) from exc
+    if app.failure is not None:
+        raise StopError(app.failure)
 
 
 _ANOTHER_DIR = "give the broker another directory (--data-dir)"

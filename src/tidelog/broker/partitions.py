@@ -30,6 +30,14 @@ yet below the high watermark still holds it back (Kafka's rule, for replication:
 then a read_committed consumer could not tell whether to drop it). Retention never deletes,
 and the cleaner never cleans, at or above the LSO, so an open transaction's batches stay.
 
+A failing disk. When the log manager takes a log dir offline after an I/O error
+(:mod:`tidelog.storage.manager`), the partitions on it stay here, :attr:`Partition.offline`:
+requests for them get KAFKA_STORAGE_ERROR (:meth:`Partition.storage_error`), their long
+polls are woken (:meth:`Partitions.wake_offline`), and :meth:`Partitions.ensure` keeps
+returning the offline partition rather than creating an empty log for it elsewhere. A
+producer-state snapshot that fails takes the dir offline too, and fails the append that
+rolled (Kafka writes it as part of the roll).
+
 Loading, catching up and rebuilding happen at a broker time: the caller's ``now_ms`` when
 it has one, else the log's clock (the broker's clock, injected into the log manager).
 Producers re-read from the log count as updated then, so a restart (or a rebuild) never
@@ -51,7 +59,7 @@ from tidelog.metadata.errors import ApiError
 from tidelog.protocol import ErrorCode
 from tidelog.records import BatchHeader, iter_batches
 from tidelog.records.control import build_end_txn_marker_batch
-from tidelog.storage import AppendInfo, Log, LogConfig, LogManager
+from tidelog.storage import AppendInfo, Log, LogConfig, LogDirOfflineError, LogManager
 from tidelog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -126,6 +134,20 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         return self.log.log_end_offset
+
+    @property
+    def offline(self) -> bool:
+        """Whether the partition's log dir went offline after an I/O error."""
+        return self.log.offline_cause is not None
+
+    def storage_error(self) -> PartitionError:
+        """KAFKA_STORAGE_ERROR naming the offline dir and the error that took it offline."""
+        cause = self.log.offline_cause
+        return PartitionError(
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            f"{self.topic}-{self.index} is on log dir {self.log.directory.parent}, offline "
+            f"after an I/O error: {cause}",
+        )
 
     @property
     def last_stable_offset(self) -> int:
@@ -216,7 +238,9 @@ class Partition:
             self._active_base = active_base
             if active_base == info.first_offset and self.producers.end_offset == active_base:
                 # The append rolled: snapshot the state of everything below the new segment.
-                self._snapshot(active_base)
+                failure = self._snapshot(active_base)
+                if failure is not None:
+                    raise failure
 
     # -- transactions ------------------------------------------------------------------
 
@@ -362,17 +386,22 @@ class Partition:
         self._follow_log(self.log.clock())
         self._snapshot(None)
 
-    def _snapshot(self, offset: int | None) -> None:
-        # A snapshot only shortens the next load; failing to write one loses nothing (the
-        # state is rebuilt from the log), and must not fail an append that already happened.
+    def _snapshot(self, offset: int | None) -> LogDirOfflineError | None:
+        # A snapshot only shortens the next load (the state is rebuilt from the log), but
+        # a failed write means the disk cannot be trusted: the log dir goes offline, and
+        # the error is returned for the caller to fail what it was doing.
         # The txn indexes go first: replay after the snapshot no longer re-adds their entries.
         try:
             self.log.flush_txn_indexes()
             self.producers.take_snapshot(offset)
+        except LogDirOfflineError as exc:
+            return exc
         except OSError as exc:
-            _log.warning(
+            _log.error(
                 "%s-%d: could not write a producer state snapshot: %s", self.topic, self.index, exc
             )
+            return self.log.report_io_error(exc)
+        return None
 
     async def make_durable(self, end_offset: int) -> None:
         """Return once everything below ``end_offset`` is fsynced (group commit)."""
@@ -457,6 +486,16 @@ class Partitions:
         """Snapshot every partition's producer state; call before ``LogManager.close()``."""
         for partition in self._partitions.values():
             partition.close()
+
+    def offline(self) -> list[Partition]:
+        """The partitions whose log dir went offline."""
+        return [p for p in self._partitions.values() if p.offline]
+
+    def wake_offline(self) -> None:
+        """Wake the long polls of offline partitions (call on the event loop once a dir
+        went offline): they answer KAFKA_STORAGE_ERROR at once."""
+        for partition in self.offline():
+            partition.wake_waiters()
 
     def remove_topic(self, topic: str) -> int:
         """Delete every partition of ``topic`` and its files; the number removed."""

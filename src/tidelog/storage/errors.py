@@ -66,3 +66,17 @@ class SegmentDeletedError(StorageError):
 class InvalidRecordError(InvalidAppendError):
     """A record the log's config does not accept (a record without a key on a
     compacted topic); nothing of the append is written."""
+
+
+class LogDirOfflineError(StorageError):
+    """An I/O error hit a log directory, which is now offline: nothing on it is read or
+    written again until the process restarts (Kafka's ``KafkaStorageException``).
+
+    ``directory`` is the log dir (a ``log.dirs`` entry), ``cause`` the first I/O error
+    that took it offline.
+    """
+
+    def __init__(self, directory: object, cause: BaseException) -> None:
+        super().__init__(f"log dir {directory} is offline after an I/O error: {cause}")
+        self.directory = directory
+        self.cause = cause

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -68,7 +69,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from tidelog.records.batch import (
     BatchHeader,
@@ -90,6 +91,7 @@ from tidelog.storage.errors import (
     InvalidAppendError,
     InvalidRecordError,
     LogClosedError,
+    LogDirOfflineError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
@@ -180,6 +182,29 @@ class RecoveryReport:
         return sum(problem.bytes_dropped for problem in self.problems)
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _reports_io_errors(method: _Method) -> _Method:
+    """An ``OSError`` inside ``method`` (a write, fsync, roll, truncation, index or
+    checkpoint write, or a read) is reported to the log's :attr:`Log.on_io_error` and
+    raised as :class:`LogDirOfflineError`: after a failed write or fsync the page cache
+    may already have dropped data, so nothing on that directory can be trusted. A log
+    without ``on_io_error`` (no owner to take its directory offline) raises the
+    ``OSError`` itself."""
+
+    @functools.wraps(method)
+    def guarded(self: Log, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            if self.on_io_error is None:
+                raise
+            raise self.report_io_error(exc) from exc
+
+    return cast(_Method, guarded)
+
+
 class Log:
     """One partition's log. Thread-safe; see the module docstring for the rules.
 
@@ -227,6 +252,12 @@ class Log:
         #: thread ran it), so the broker can export a flush-time histogram without the
         #: storage layer knowing about metrics.
         self.on_sync: Callable[[float], None] | None = None
+        #: Called with the ``OSError`` of any I/O of the log (from whichever thread hit
+        #: it), by the log manager, which takes the log's directory offline and then
+        #: abandons the log (:meth:`abandon`).
+        self.on_io_error: Callable[[OSError], object] | None = None
+        #: The I/O error that took this log's directory offline (None while it is fine).
+        self.offline_cause: OSError | None = None
         self._lock = threading.RLock()
         # Group commit state (see :meth:`sync`), guarded by ``_sync_mutex``: whether a
         # leader is syncing, the offsets each caller inside sync() waits for, durable
@@ -645,6 +676,8 @@ class Log:
             return self.epoch_cache.end_offset_for(epoch, self._log_end_offset)
 
     def _check_open(self) -> None:
+        if self.offline_cause is not None:
+            raise LogDirOfflineError(self.directory.parent, self.offline_cause)
         if self._closed:
             raise LogClosedError(f"log {self.topic}-{self.partition} is closed")
 
@@ -675,6 +708,7 @@ class Log:
             raise RecordTooLargeError(f"append of {len(buf)} bytes does not fit a segment")
         return headers
 
+    @_reports_io_errors
     def append(
         self,
         batches: bytes | bytearray | memoryview,
@@ -767,6 +801,7 @@ class Log:
             except RecordsError as exc:
                 raise InvalidRecordError(f"records of a batch cannot be decoded: {exc}") from exc
 
+    @_reports_io_errors
     def append_as_follower(
         self, batches: bytes | bytearray | memoryview, *, durable: bool = False
     ) -> AppendInfo:
@@ -877,6 +912,7 @@ class Log:
             )
             self._roll_locked(first_offset)
 
+    @_reports_io_errors
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset (no-op when the active one is
         empty); returns the active segment."""
@@ -926,6 +962,7 @@ class Log:
         if end is not None:
             self._recovery_point = max(self._recovery_point, end)
 
+    @_reports_io_errors
     def sync(self, end_offset: int | None = None) -> bool:
         """Make everything below ``end_offset`` (default: the LEO) durable.
 
@@ -1037,6 +1074,9 @@ class Log:
         fds: list[int] = []
         index_paths: list[Path] = []
         with self._lock:
+            if self.offline_cause is not None:
+                # Not "nothing to sync": what the caller wrote may never reach the disk.
+                raise LogDirOfflineError(self.directory.parent, self.offline_cause)
             if self._closed and not force:
                 return False
             target = self._log_end_offset
@@ -1080,11 +1120,13 @@ class Log:
             self._last_flush_ms = self._clock()
         return True
 
+    @_reports_io_errors
     def flush(self) -> None:
         """fsync every unflushed file, indexes of the active segment included."""
         with self._sync_leadership():
             self._sync_locked(indexes_of_active=True)
 
+    @_reports_io_errors
     def maybe_flush(self, now_ms: int) -> bool:
         """Apply ``flush.messages`` / ``flush.ms``; the broker calls this on a schedule."""
         unflushed = self._log_end_offset - self._recovery_point
@@ -1099,6 +1141,7 @@ class Log:
 
     # -- read --------------------------------------------------------------------------
 
+    @_reports_io_errors
     def read(
         self,
         offset: int,
@@ -1147,6 +1190,7 @@ class Log:
                     return FileSlice(segment.dup_fd(), start, length, found.header.base_offset)
             return None
 
+    @_reports_io_errors
     def read_bytes(
         self,
         offset: int,
@@ -1171,6 +1215,7 @@ class Log:
 
     # -- timestamps --------------------------------------------------------------------
 
+    @_reports_io_errors
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first offset
         whose record timestamp is >= ``timestamp`` (None when there is none)."""
@@ -1231,6 +1276,7 @@ class Log:
 
     # -- retention ---------------------------------------------------------------------
 
+    @_reports_io_errors
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply the log start offset, ``retention.ms`` and ``retention.bytes``.
 
@@ -1307,6 +1353,7 @@ class Log:
             self._log_start_offset,
         )
 
+    @_reports_io_errors
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (<= high watermark),
         deleting segments wholly below it. Returns the new log start offset."""
@@ -1332,6 +1379,7 @@ class Log:
 
     # -- truncation --------------------------------------------------------------------
 
+    @_reports_io_errors
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch holding an offset >= ``offset`` (whole batches: the LEO
         becomes the end of the last batch kept). False when ``offset`` >= LEO."""
@@ -1384,6 +1432,7 @@ class Log:
             fsync_dir(self.directory, self._fsync)
             self._dir_dirty = False
 
+    @_reports_io_errors
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
         if offset < 0:
@@ -1418,6 +1467,7 @@ class Log:
 
     # -- aborted transactions ----------------------------------------------------------
 
+    @_reports_io_errors
     def append_aborted_txn(self, entry: AbortedTxn, *, if_absent: bool = False) -> bool:
         """Index an aborted transaction in the segment holding its ABORT marker
         (``entry.last_offset``); ``if_absent`` (replay) skips a marker already indexed.
@@ -1432,6 +1482,7 @@ class Log:
                 self._last_abort_marker = max(self._last_abort_marker, entry.last_offset)
             return written
 
+    @_reports_io_errors
     def aborted_transactions(self, first_offset: int, max_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping a read that starts with the batch at
         ``first_offset`` and stops before ``max_offset`` (a read never leaves the segment
@@ -1445,6 +1496,7 @@ class Log:
             )
             return self._collect_aborted(index, first_offset, min(max_offset, segment_end))
 
+    @_reports_io_errors
     def collect_aborted_txns(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Every indexed aborted transaction overlapping ``[start_offset, upper_bound)``
         (marker at or after ``start_offset``, first offset before ``upper_bound``)."""
@@ -1474,6 +1526,7 @@ class Log:
                 break
         return found
 
+    @_reports_io_errors
     def flush_txn_indexes(self) -> None:
         """fsync the transaction indexes written since their last sync (before a producer
         state snapshot: once the snapshot covers a marker, replay no longer re-adds its
@@ -1485,6 +1538,7 @@ class Log:
 
     # -- compaction support ------------------------------------------------------------
 
+    @_reports_io_errors
     def new_cleaned_segment(self, base_offset: int) -> Segment:
         """An empty, writable segment with ``.cleaned`` files for the cleaner to fill with
         :meth:`Segment.append_batches`; hand it to :meth:`replace_segments` (or
@@ -1501,6 +1555,7 @@ class Log:
         self._cache.retire(segment)
         segment.delete_files()
 
+    @_reports_io_errors
     def replace_segments(self, new: Segment, old: Sequence[Segment]) -> None:
         """Atomically put ``new`` (from :meth:`new_cleaned_segment`) in place of ``old``.
 
@@ -1541,6 +1596,7 @@ class Log:
 
     # -- closing -----------------------------------------------------------------------
 
+    @_reports_io_errors
     def close(self) -> None:
         """Flush everything (indexes included) and close every file."""
         with self._sync_leadership():
@@ -1567,6 +1623,28 @@ class Log:
             for segment in self._segments:
                 self._cache.retire(segment)
                 segment.delete_files()
+
+    def report_io_error(self, exc: OSError) -> LogDirOfflineError:
+        """Report an I/O error on this log's files (its own, or the producer state's next
+        to them) to :attr:`on_io_error`; the error to raise."""
+        if self.on_io_error is not None:
+            self.on_io_error(exc)
+        return LogDirOfflineError(self.directory.parent, exc)
+
+    def abandon(self, cause: OSError) -> None:
+        """Close every file without writing anything (no flush, no index or checkpoint):
+        the log's directory went offline after ``cause``. Every later call raises
+        :class:`LogDirOfflineError`; what is on disk is left for the next start to
+        recover."""
+        with self._lock:
+            if self.offline_cause is not None:
+                return
+            self.offline_cause = cause
+            if not self._closed:
+                self._closed = True
+                self._cache.release(self._segments[-1])
+            for segment in self._segments:
+                self._cache.retire(segment)
 
     @property
     def closed(self) -> bool:

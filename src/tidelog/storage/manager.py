@@ -22,6 +22,18 @@ truncation or DeleteRecords (a log calls back), and on close. Missing or stale
 checkpoints are safe: a recovery point that is too low only costs a longer scan,
 and the log start offset never drops below the first segment's base offset.
 
+A failing disk (Kafka's log dir failure handling). An I/O error on a log dir -- a
+write, fsync, roll, truncation, index, checkpoint or producer-state write, a read -- takes
+that dir offline (:meth:`LogManager.mark_offline`): after a failed write or fsync the page
+cache may already have dropped data, so nothing on it can be trusted until the process
+restarts. Its logs are abandoned (:meth:`~tidelog.storage.log.Log.abandon`: closed without
+writing anything more, no flush, no checkpoint, no clean-shutdown marker); every later
+call on them raises :class:`~tidelog.storage.errors.LogDirOfflineError`; their partitions
+are never created again in another dir. The other dirs keep working, and the listeners
+of :attr:`LogManager.on_dir_offline` are told (the broker answers KAFKA_STORAGE_ERROR for
+those partitions, and stops when no dir is left). The next start opens the dir again and
+recovers its logs from what reached the disk.
+
 Compaction: :attr:`LogManager.cleaner` (a :class:`~tidelog.storage.cleaner.Cleaner`)
 is attached to every log, so truncations lower the ``cleaner-offset-checkpoint``;
 :meth:`LogManager.clean_dirtiest` runs one pass on the compacted log most in need
@@ -30,6 +42,7 @@ is attached to every log, so truncations lower the ``cleaner-offset-checkpoint``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -54,6 +67,7 @@ from tidelog.storage.errors import (
     CorruptCheckpointError,
     InvalidPartitionDirError,
     LogClosedError,
+    LogDirOfflineError,
 )
 from tidelog.storage.log import Clock, Log, RecoveryReport
 from tidelog.storage.segment import HandleCache
@@ -154,6 +168,13 @@ class LogManager:
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        #: Offline log dirs and the I/O error that took each one offline.
+        self.offline_dirs: dict[Path, OSError] = {}
+        #: The partitions whose log was in a dir when it went offline, and that dir.
+        self.offline_logs: dict[TopicPartition, Path] = {}
+        #: Called with (dir, cause) once when a dir goes offline, from the thread that
+        #: hit the error and after the dir's logs are abandoned.
+        self.on_dir_offline: list[Callable[[Path, OSError], object]] = []
         self.junk: list[Path] = []
         self.recovery_reports: dict[TopicPartition, RecoveryReport] = {}
         self.clean_shutdown: dict[Path, bool] = {}
@@ -213,11 +234,8 @@ class LogManager:
                 handle_cache=self.handle_cache,
                 on_checkpoint=self._checkpoint_callback(directory),
             )
-            log.on_sync = self._on_sync
-            self._logs[key] = log
-            self._dir_of[key] = directory
+            self._adopt(key, log, directory)
             self.recovery_reports[key] = log.recovery_report
-            self.cleaner.attach(log)
 
     def _read_offsets(self, path: Path) -> dict[TopicPartition, int]:
         try:
@@ -238,6 +256,55 @@ class LogManager:
 
     def _checkpoint_callback(self, directory: Path) -> Callable[[], None]:
         return lambda: self.checkpoint_dir(directory)
+
+    def _adopt(self, key: TopicPartition, log: Log, directory: Path) -> None:
+        log.on_sync = self._on_sync
+        log.on_io_error = lambda exc: self.mark_offline(directory, exc)
+        self._logs[key] = log
+        self._dir_of[key] = directory
+        self.cleaner.attach(log)
+
+    # -- offline dirs ------------------------------------------------------------------
+
+    def mark_offline(self, directory: Path, cause: OSError) -> bool:
+        """Take ``directory`` offline after the I/O error ``cause``: abandon its logs
+        and tell :attr:`on_dir_offline`. False when it was offline already."""
+        with self._lock:
+            if directory in self.offline_dirs or directory not in self.log_dirs:
+                return False
+            self.offline_dirs[directory] = cause
+            for key in [k for k, d in self._dir_of.items() if d == directory]:
+                log = self._logs.pop(key)
+                del self._dir_of[key]
+                self.offline_logs[key] = directory
+                self.cleaner.forget(log)
+                log.abandon(cause)
+        _log.error(
+            "log dir %s is offline after an I/O error (%s); its %d partitions stop until "
+            "the broker restarts",
+            directory,
+            cause,
+            sum(1 for d in self.offline_logs.values() if d == directory),
+        )
+        for listener in list(self.on_dir_offline):
+            listener(directory, cause)
+        return True
+
+    @property
+    def online_dirs(self) -> list[Path]:
+        with self._lock:
+            return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def offline_error(self, topic: str, partition: int) -> LogDirOfflineError | None:
+        """Why the partition's log is unusable, when it lived in a dir now offline."""
+        directory = self.offline_logs.get((topic, partition))
+        if directory is None:
+            return None
+        return LogDirOfflineError(directory, self.offline_dirs[directory])
+
+    def _guarded(self, directory: Path, exc: OSError) -> LogDirOfflineError:
+        self.mark_offline(directory, exc)
+        return LogDirOfflineError(directory, exc)
 
     # -- logs --------------------------------------------------------------------------
 
@@ -264,27 +331,34 @@ class LogManager:
             existing = self._logs.get(key)
             if existing is not None:
                 return existing
+            offline = self.offline_error(topic, partition)
+            if offline is not None:
+                # Its data is on the failed disk: a new empty log elsewhere would lose it.
+                raise offline
             name = partition_dir_name(topic, partition)
-            counts = {d: 0 for d in self.log_dirs}
+            online = self.online_dirs
+            if not online:
+                raise LogDirOfflineError(self.log_dirs[0], self.offline_dirs[self.log_dirs[0]])
+            counts = {d: 0 for d in online}
             for d in self._dir_of.values():
                 counts[d] += 1
-            directory = min(self.log_dirs, key=lambda d: counts[d])
-            log = Log.open(
-                directory / name,
-                config or self._config(topic),
-                topic=topic,
-                partition=partition,
-                clock=self._clock,
-                clean_shutdown=True,
-                fsync=self._fsync,
-                handle_cache=self.handle_cache,
-                topic_id=topic_id,
-                on_checkpoint=self._checkpoint_callback(directory),
-            )
-            log.on_sync = self._on_sync
-            self._logs[key] = log
-            self._dir_of[key] = directory
-            self.cleaner.attach(log)
+            directory = min(online, key=lambda d: counts[d])
+            try:
+                log = Log.open(
+                    directory / name,
+                    config or self._config(topic),
+                    topic=topic,
+                    partition=partition,
+                    clock=self._clock,
+                    clean_shutdown=True,
+                    fsync=self._fsync,
+                    handle_cache=self.handle_cache,
+                    topic_id=topic_id,
+                    on_checkpoint=self._checkpoint_callback(directory),
+                )
+            except OSError as exc:
+                raise self._guarded(directory, exc) from exc
+            self._adopt(key, log, directory)
             return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -295,15 +369,23 @@ class LogManager:
         """
         with self._lock:
             key = (topic, partition)
+            if self.offline_logs.pop(key, None) is not None:
+                # Forgotten here; its files stay on the failed disk (Kafka deletes them
+                # once the dir is back).
+                self.recovery_reports.pop(key, None)
+                return True
             log = self._logs.pop(key, None)
             if log is None:
                 return False
             directory = self._dir_of.pop(key)
             self.cleaner.forget(log)
-            log.delete()
-            doomed = directory / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            os.replace(log.directory, doomed)
-            fsync_dir(directory, self._fsync)
+            try:
+                log.delete()
+                doomed = directory / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+                os.replace(log.directory, doomed)
+                fsync_dir(directory, self._fsync)
+            except OSError as exc:
+                raise self._guarded(directory, exc) from exc
             shutil.rmtree(doomed, ignore_errors=True)
             self.recovery_reports.pop(key, None)
         self.checkpoint_dir(directory)
@@ -312,29 +394,44 @@ class LogManager:
     # -- periodic work -----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write both checkpoint files of every log dir."""
+        """Write both checkpoint files of every online log dir."""
+        failed: LogDirOfflineError | None = None
         for directory in self.log_dirs:
-            self.checkpoint_dir(directory)
+            try:
+                self.checkpoint_dir(directory)
+            except LogDirOfflineError as exc:
+                failed = failed or exc  # the other dirs still get theirs
+        if failed is not None:
+            raise failed
 
     def checkpoint_dir(self, directory: Path) -> None:
+        """Both checkpoint files of ``directory``; nothing for an offline dir (its logs'
+        state may not match what reached the disk)."""
         with self._lock:
+            if directory in self.offline_dirs:
+                return
             logs = [(key, log) for key, log in self._logs.items() if self._dir_of[key] == directory]
-            write_checkpoint(
-                directory / RECOVERY_POINT_CHECKPOINT,
-                [(t, p, log.recovery_point) for (t, p), log in sorted(logs)],
-                self._fsync,
-            )
-            write_checkpoint(
-                directory / LOG_START_OFFSET_CHECKPOINT,
-                [(t, p, log.log_start_offset) for (t, p), log in sorted(logs)],
-                self._fsync,
-            )
+            try:
+                write_checkpoint(
+                    directory / RECOVERY_POINT_CHECKPOINT,
+                    [(t, p, log.recovery_point) for (t, p), log in sorted(logs)],
+                    self._fsync,
+                )
+                write_checkpoint(
+                    directory / LOG_START_OFFSET_CHECKPOINT,
+                    [(t, p, log.log_start_offset) for (t, p), log in sorted(logs)],
+                    self._fsync,
+                )
+            except OSError as exc:
+                raise self._guarded(directory, exc) from exc
 
     def cleanup(self, now_ms: int | None = None) -> int:
         """Retention on every log; returns the number of segments deleted."""
         deleted = 0
         for log in self._snapshot():
-            deleted += log.delete_old_segments(now_ms)
+            # A log whose dir went offline (now or meanwhile) is skipped, not the others.
+            with contextlib.suppress(LogDirOfflineError, LogClosedError):
+                deleted += log.delete_old_segments(now_ms)
         if deleted:
             self.checkpoint()
         return deleted
@@ -351,17 +448,28 @@ class LogManager:
                 continue
             try:
                 due, ranges = self.cleaner.needs_cleaning(log, now_ms)
-            except LogClosedError:
+            except (LogClosedError, LogDirOfflineError):
+                continue
+            except OSError as exc:
+                self.mark_offline(log.directory.parent, exc)
                 continue
             if due and ranges.dirty_ratio > best_ratio:
                 best, best_ratio = log, ranges.dirty_ratio
         if best is None:
             return None
-        return self.cleaner.clean_log(best, now_ms)
+        try:
+            return self.cleaner.clean_log(best, now_ms)
+        except OSError as exc:
+            # The cleaner writes the cleaned segment and its checkpoint itself.
+            raise self._guarded(best.directory.parent, exc) from exc
 
     def flush_due(self, now_ms: int) -> int:
         """``maybe_flush`` on every log; returns how many logs fsynced."""
-        return sum(1 for log in self._snapshot() if log.maybe_flush(now_ms))
+        flushed = 0
+        for log in self._snapshot():
+            with contextlib.suppress(LogDirOfflineError, LogClosedError):
+                flushed += log.maybe_flush(now_ms)
+        return flushed
 
     def _snapshot(self) -> Iterable[Log]:
         with self._lock:
@@ -380,13 +488,28 @@ class LogManager:
             raise LogClosedError("the log manager is closed")
 
     def close(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean marker."""
+        """Flush and close every log, write the checkpoints, then the clean marker, in
+        every online dir. A dir that fails meanwhile goes offline without its marker (its
+        next open recovers it); the first such failure is raised once the others are
+        closed."""
         with self._lock:
             if self._closed:
                 return
-            for log in self._logs.values():
-                log.close()
-            self.checkpoint()
-            for directory in self.log_dirs:
-                write_durably(directory / CLEAN_SHUTDOWN_MARKER, b"", self._fsync)
+            failed: LogDirOfflineError | None = None
+            for log in list(self._logs.values()):
+                try:
+                    log.close()
+                except LogDirOfflineError as exc:
+                    failed = failed or exc
+            try:
+                self.checkpoint()
+            except LogDirOfflineError as exc:
+                failed = failed or exc
+            for directory in self.online_dirs:
+                try:
+                    write_durably(directory / CLEAN_SHUTDOWN_MARKER, b"", self._fsync)
+                except OSError as exc:
+                    failed = failed or self._guarded(directory, exc)
             self._closed = True
+            if failed is not None:
+                raise failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,7 +159,8 @@ def start_admin_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
 
     started: list[tuple[Any, LogManager, Broker]] = []
 
-    def start(extra: dict[str, str] | None = None) -> Broker:
+    def start(extra: dict[str, str] | None = None, *, fsync: Any = os.fsync) -> Broker:
+        """``fsync``: what the partition logs sync with (a failing disk, in some tests)."""
         values = {"log.dirs": str(tmp_path / "data")}
         values.update(extra or {})
         node = build_metadata_node(BrokerConfig(values), Runtime.system(clock))
@@ -169,6 +171,7 @@ def start_admin_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
             clock=clock,
             default_config=config.default_log_config,
             reserved_dirs={f"{METADATA_TOPIC}-{METADATA_PARTITION}"},
+            fsync=fsync,
         )
         logs.open()
         b = Broker(

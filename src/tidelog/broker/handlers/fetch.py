@@ -184,6 +184,9 @@ class _Resolver:
         partition = self._broker.partitions.get(item.topic, item.partition)
         if partition is None:
             return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if partition.offline:
+            # Its log dir failed: nothing on it is served again until a restart.
+            return None, ErrorCode.KAFKA_STORAGE_ERROR
         if (
             item.topic_id is not None
             and partition.topic_id is not None

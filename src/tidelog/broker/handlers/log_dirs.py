@@ -6,7 +6,9 @@ no future replicas being moved between dirs, so ``is_future_key`` is false too).
 null means every partition; otherwise only the listed partitions that exist here (unknown
 ones are left out, as in Kafka). From v4 each dir carries its file system's total and
 usable bytes (``statvfs``: all blocks, and the blocks available to unprivileged users); a
-dir that cannot be examined gets KAFKA_STORAGE_ERROR and -1 for both. v5's ``is_cordoned``
+dir that cannot be examined gets KAFKA_STORAGE_ERROR and -1 for both. A dir taken offline
+after an I/O error (:mod:`tidelog.storage.manager`) gets KAFKA_STORAGE_ERROR, -1 for both and
+no partitions, as in Kafka. v5's ``is_cordoned``
 is always false: Tidelog does not cordon log dirs.
 """
 
@@ -44,6 +46,8 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> object:
     # log dir -> topic -> [(partition, size)]
     by_dir: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for partition in partitions:
+        if partition.offline:
+            continue
         if wanted is not None and partition.index not in wanted.get(partition.topic, ()):
             continue
         log = partition.log
@@ -52,13 +56,17 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> object:
             (partition.index, log.size_in_bytes)
         )
     results = []
+    offline_dirs = partitions.logs.offline_dirs
     for directory in partitions.logs.log_dirs:
         log_dir = os.path.abspath(directory)
-        error = ErrorCode.NONE
-        try:
-            total, usable = disk_space(log_dir)
-        except OSError:
+        if directory in offline_dirs:
             error, total, usable = ErrorCode.KAFKA_STORAGE_ERROR, -1, -1
+        else:
+            error = ErrorCode.NONE
+            try:
+                total, usable = disk_space(log_dir)
+            except OSError:
+                error, total, usable = ErrorCode.KAFKA_STORAGE_ERROR, -1, -1
         topics = tuple(
             module.DescribeLogDirsTopic(
                 name=topic,

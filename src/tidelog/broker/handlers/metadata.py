@@ -119,22 +119,35 @@ class _TopicAnswer:
         self.topic_id = topic_id
 
 
-def _partitions(module: Any, image: MetadataImage, topic: TopicImage) -> tuple[Any, ...]:
+def _partitions(
+    module: Any, image: MetadataImage, topic: TopicImage, broker: Any
+) -> tuple[Any, ...]:
     cls = module.MetadataResponsePartition
     live = {b for b, registration in image.brokers.items() if not registration.fenced}
+    node_id = broker.node_id
     out = []
     for index, part in sorted(topic.partitions.items()):
-        error = ErrorCode.LEADER_NOT_AVAILABLE if part.leader < 0 else ErrorCode.NONE
+        leader = part.leader
+        offline_replicas = tuple(r for r in part.replicas if r not in live)
+        if leader == node_id:
+            hosted = broker.partitions.get(topic.name, index)
+            if hosted is not None and hosted.offline:
+                # This node's replica is on a failed log dir: it leads nothing there. Until
+                # the controller moves the leadership (a replicated partition), clients see
+                # no leader, as Kafka shows a partition whose only replica is offline.
+                leader = -1
+                offline_replicas = (*offline_replicas, node_id)
+        error = ErrorCode.LEADER_NOT_AVAILABLE if leader < 0 else ErrorCode.NONE
         out.append(
             make(
                 cls,
                 error_code=error.to_kio(),
                 partition_index=index,
-                leader_id=part.leader,
+                leader_id=leader,
                 leader_epoch=part.leader_epoch,
                 replica_nodes=part.replicas,
                 isr_nodes=part.isr,
-                offline_replicas=tuple(r for r in part.replicas if r not in live),
+                offline_replicas=offline_replicas,
             )
         )
     return tuple(out)
@@ -236,7 +249,7 @@ def _metadata_response(
                 name=name,
                 topic_id=topic.topic_id if topic is not None else answer.topic_id,
                 is_internal=answer.name in INTERNAL_TOPICS,
-                partitions=_partitions(module, image, topic) if topic is not None else (),
+                partitions=_partitions(module, image, topic, broker) if topic is not None else (),
                 topic_authorized_operations=topic_ops,
             )
         )

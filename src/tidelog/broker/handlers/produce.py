@@ -19,7 +19,9 @@ Per partition, synchronously and in request order:
    transaction -> INVALID_TXN_STATE. Neither DUPLICATE_SEQUENCE_NUMBER nor UNKNOWN_PRODUCER_ID
    is returned: current Kafka answers duplicates with their offsets and accepts any
    sequence from a producer it has no state for (KIP-360);
-5. append; storage errors map to Kafka codes (:func:`storage_error_code`).
+5. append; storage errors map to Kafka codes (:func:`storage_error_code`). A partition
+   whose log dir went offline after an I/O error (this request's or an earlier one's)
+   answers KAFKA_STORAGE_ERROR and is never written or acknowledged again.
 
 A failed partition never affects the others. Then, by ``acks``:
 
@@ -61,6 +63,7 @@ from tidelog.storage import (
     CorruptSegmentError,
     InvalidAppendError,
     LogClosedError,
+    LogDirOfflineError,
     RecordTooLargeError,
     SegmentDeletedError,
     StorageError,
@@ -157,6 +160,8 @@ def storage_error_code(exc: Exception) -> ErrorCode:
         return ErrorCode.MESSAGE_TOO_LARGE
     if isinstance(exc, InvalidAppendError):
         return ErrorCode.INVALID_RECORD
+    if isinstance(exc, LogDirOfflineError):
+        return ErrorCode.KAFKA_STORAGE_ERROR
     if isinstance(exc, LogClosedError):
         # The partition is going away (deleted, or the broker is stopping): retriable.
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -178,6 +183,10 @@ def _produce_partition(
 ) -> int:
     """Validate and append one partition's records, filling ``result``; returns the offset
     that must be durable before an acks=all answer (0 when nothing is to wait for)."""
+    if partition.offline:
+        offline = partition.storage_error()
+        result.fail(offline.code, str(offline))
+        return 0
     log = partition.log
     config = log.config
     checked = validate_partition_records(
