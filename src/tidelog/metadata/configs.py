@@ -687,6 +687,29 @@ def _broker_defs() -> list[ConfigDef]:
             dynamic=True,
         ),
         d(
+            "auto.leader.rebalance.enable",
+            _B,
+            True,
+            "The active controller moves leaderships back to preferred replicas every "
+            "leader.imbalance.check.interval.seconds.",
+        ),
+        d(
+            "leader.imbalance.check.interval.seconds",
+            _L,
+            300,
+            "How often the active controller checks for leaderships off their preferred "
+            "replica.",
+            at_least(1),
+        ),
+        d(
+            "leader.imbalance.per.broker.percentage",
+            _I,
+            10,
+            "Share of a broker's preferred leaderships held elsewhere above which the "
+            "controller moves them back.",
+            between(0, 100),
+        ),
+        d(
             "compression.type",
             _S,
             "producer",

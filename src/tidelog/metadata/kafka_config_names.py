@@ -435,8 +435,6 @@ NO_EFFECT_REASONS: tuple[tuple[str, str], ...] = (
     ("socket.", "sockets keep the operating system's defaults"),
     ("inter.broker.", "a single node has no inter-broker traffic"),
     ("replica.", "a single node has no follower replicas"),
-    ("leader.imbalance.", "a single node leads every partition"),
-    ("auto.leader.rebalance.enable", "a single node leads every partition"),
     ("unclean.leader.election.", "a single node leads every partition"),
     ("eligible.leader.replicas.enable", "a single node leads every partition"),
     ("controlled.shutdown.", "a single node leads every partition"),

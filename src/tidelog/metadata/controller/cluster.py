@@ -41,7 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidelog.metadata.controller.base import ControllerResult, ControllerView
+from tidelog.metadata.controller.elections import unclean_policy
 from tidelog.metadata.controller.leaders import (
+    UncleanPolicy,
     elect_leaderless,
     leads_any,
     remove_from_leadership,
@@ -323,7 +325,7 @@ class ClusterControl:
         following = self._next_state(image, registration, request, current, caught_up)
         records: list[MetadataRecord] = []
         if following is not current:
-            records = self._transition(image, registration, following)
+            records = self._transition(image, registration, following, unclean_policy(view))
         if following is BrokerState.CONTROLLED_SHUTDOWN and current is not following:
             # Shut down only once every active broker has seen the leaderships move.
             self.sessions.set_shutdown_offset(
@@ -387,23 +389,26 @@ class ClusterControl:
 
     @staticmethod
     def _transition(
-        image: MetadataImage, registration: BrokerRegistration, following: BrokerState
+        image: MetadataImage,
+        registration: BrokerRegistration,
+        following: BrokerState,
+        unclean: UncleanPolicy,
     ) -> list[MetadataRecord]:
         broker_id, epoch = registration.broker_id, registration.epoch
         records: list[MetadataRecord] = []
         if following is BrokerState.UNFENCED:
             records.append(BrokerRegistrationChangeRecord(broker_id, epoch, fenced=False))
-            records.extend(elect_leaderless(image, broker_id))
+            records.extend(elect_leaderless(image, broker_id, unclean))
         elif following is BrokerState.FENCED:
-            records.extend(remove_from_leadership(image, broker_id))
+            records.extend(remove_from_leadership(image, broker_id, unclean))
             records.append(BrokerRegistrationChangeRecord(broker_id, epoch, fenced=True))
         elif following is BrokerState.CONTROLLED_SHUTDOWN:
-            records.extend(remove_from_leadership(image, broker_id))
+            records.extend(remove_from_leadership(image, broker_id, unclean))
             records.append(
                 BrokerRegistrationChangeRecord(broker_id, epoch, in_controlled_shutdown=True)
             )
         else:
-            records.extend(remove_from_leadership(image, broker_id))
+            records.extend(remove_from_leadership(image, broker_id, unclean))
             records.append(
                 BrokerRegistrationChangeRecord(
                     broker_id,
@@ -427,7 +432,9 @@ class ClusterControl:
         if not expired:
             return ControllerResult(None)
         registration = view.image.brokers[expired[0]]
-        records = self._transition(view.image, registration, BrokerState.FENCED)
+        records = self._transition(
+            view.image, registration, BrokerState.FENCED, unclean_policy(view)
+        )
         return ControllerResult(registration.broker_id, ((0, tuple(records)),), lambda _: None)
 
     def next_deadline(self, image: MetadataImage, now: int) -> int | None:
@@ -446,7 +453,9 @@ class ClusterControl:
                     f"broker {broker_id} is not registered",
                 )
             )
-        records: list[MetadataRecord] = [*remove_from_leadership(view.image, broker_id)]
+        records: list[MetadataRecord] = [
+            *remove_from_leadership(view.image, broker_id, unclean_policy(view))
+        ]
         records.append(UnregisterBrokerRecord(broker_id, registration.epoch))
         self.sessions.forget(broker_id)
         return ControllerResult(OK, ((0, tuple(records)),), lambda errors: errors[0])

@@ -33,7 +33,16 @@ from typing import Protocol, TypeVar
 
 from tidelog.metadata.acls import AclBinding, AclBindingFilter
 from tidelog.metadata.configs import BrokerConfig
-from tidelog.metadata.controller import acls, configs, producer_ids, scram, topics
+from tidelog.metadata.controller import (
+    acls,
+    configs,
+    elections,
+    isr,
+    producer_ids,
+    reassignment,
+    scram,
+    topics,
+)
 from tidelog.metadata.controller.acls import AclDeleteResult, AclDescribeResult
 from tidelog.metadata.controller.base import ControllerResult, ControllerView, group_batches
 from tidelog.metadata.controller.cluster import (
@@ -52,7 +61,14 @@ from tidelog.metadata.controller.configs import (
     describe_configs,
     effective_broker_config,
 )
+from tidelog.metadata.controller.elections import ElectionResult, ElectionType
+from tidelog.metadata.controller.isr import AlterPartitionReply, AlterPartitionRequest
 from tidelog.metadata.controller.producer_ids import ProducerIdBlock
+from tidelog.metadata.controller.reassignment import (
+    OngoingReassignment,
+    ReassignmentRequest,
+    ReassignmentResult,
+)
 from tidelog.metadata.controller.scram import (
     AlterScramResult,
     DescribeScramResult,
@@ -167,6 +183,9 @@ class Controller:
         self._quorum: QuorumCommit | None = None
         self._quorum_mode = config.quorum_mode
         self._active_epoch: int | None = None
+        # When the automatic preferred-leader rebalance next runs (None: not scheduled
+        # yet; the first check comes one interval after this controller starts ticking).
+        self._rebalance_at: int | None = None
         if self._quorum_mode:
             self._cluster.deactivate()
         # First publisher, so that every other one sees the config of its image.
@@ -400,24 +419,51 @@ class Controller:
             return self._commit_result(self._cluster.unregister_broker(self._view(), broker_id))
 
     def tick(self, now: int) -> list[int]:
-        """The active controller's session timer: fence every broker not heard from for
-        ``broker.session.timeout.ms``, one after the other; the ids fenced."""
+        """The active controller's timers: fence every broker not heard from for
+        ``broker.session.timeout.ms``, one after the other (the ids fenced are returned),
+        then, every ``leader.imbalance.check.interval.seconds`` with
+        ``auto.leader.rebalance.enable``, move leaderships back to preferred replicas."""
         fenced: list[int] = []
         with self._lock:
             while True:
                 result = self._cluster.fence_one_expired(self._view(), now)
                 if result.response is None or self._commit_result(result) is None:
-                    return fenced
+                    break
                 _log.info(
                     "fenced broker %d: no heartbeat for broker.session.timeout.ms",
                     result.response,
                 )
                 fenced.append(result.response)
+            self._maybe_rebalance(now)
+        return fenced
+
+    def _rebalance_interval_ms(self) -> int | None:
+        if not self._config.get_bool("auto.leader.rebalance.enable"):
+            return None
+        return self._config.get_int("leader.imbalance.check.interval.seconds") * 1000
+
+    def _maybe_rebalance(self, now: int) -> None:
+        interval = self._rebalance_interval_ms()
+        if interval is None or not self._cluster.active:
+            self._rebalance_at = None
+            return
+        if self._rebalance_at is None:
+            self._rebalance_at = now + interval
+            return
+        if now < self._rebalance_at:
+            return
+        self._rebalance_at = now + interval
+        results = self._commit_result(elections.rebalance_leaders(self._view()))
+        moved = [f"{r.topic}-{r.partition}" for r in results if r.error.ok]
+        if moved:
+            _log.info("preferred leaders elected again for %d partitions: %s", len(moved), moved)
 
     def next_deadline(self, now: int) -> int | None:
-        """When :meth:`tick` may next have something to do (None: no session to watch)."""
+        """When :meth:`tick` may next have something to do (None: nothing to watch)."""
         with self._lock:
-            return self._cluster.next_deadline(self.image, now)
+            deadlines = [self._cluster.next_deadline(self.image, now), self._rebalance_at]
+            due = [d for d in deadlines if d is not None]
+            return min(due) if due else None
 
     def create_topics(
         self, topics_: Sequence[NewTopic], *, validate_only: bool = False
@@ -459,6 +505,39 @@ class Controller:
             return self._commit_result(
                 topics.create_partitions(self._view(), requests, validate_only=validate_only)
             )
+
+    def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionReply:
+        """AlterPartition: a leader's ISR change (see :mod:`.isr`)."""
+        with self._lock:
+            return self._commit_result(isr.alter_partition(self._view(), request))
+
+    def elect_leaders(
+        self, election_type: ElectionType, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[ElectionResult]:
+        """ElectLeaders (see :mod:`.elections`); ``partitions`` None: all of them."""
+        with self._lock:
+            return self._commit_result(
+                elections.elect_leaders(self._view(), election_type, partitions)
+            )
+
+    def alter_partition_reassignments(
+        self, requests: Sequence[ReassignmentRequest], *, allow_replication_factor_change: bool
+    ) -> list[ReassignmentResult]:
+        """AlterPartitionReassignments (see :mod:`.reassignment`)."""
+        with self._lock:
+            return self._commit_result(
+                reassignment.alter_partition_reassignments(
+                    self._view(),
+                    requests,
+                    allow_replication_factor_change=allow_replication_factor_change,
+                )
+            )
+
+    def list_partition_reassignments(
+        self, topics_: Sequence[tuple[str, Sequence[int]]] | None
+    ) -> list[OngoingReassignment]:
+        """ListPartitionReassignments over the current image; reads only."""
+        return reassignment.list_partition_reassignments(self.image, topics_)
 
     def alter_configs(
         self, resources: Sequence[AlterConfigsResource], *, validate_only: bool = False
