@@ -72,6 +72,10 @@ _IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
     AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.ALTER_CONFIGS}),
 }
 
+#: The resource name Kafka's authorizeByResourceType probes first: a name no ACL is
+#: expected to name, so it is allowed exactly when any resource without ACLs would be.
+_ANY_RESOURCE_PROBE = "hardcode"
+
 
 @dataclass(slots=True)
 class _TypeIndex:
@@ -143,6 +147,58 @@ class Authorizer:
         if allowed:
             return True
         return not any_acl and self.allow_everyone_if_no_acl_found
+
+    def authorize_any(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """Whether ``principal`` may do ``operation`` on some resource of the type (Kafka's
+        ``authorizeByResourceType``, which InitProducerId asks for Write on any topic,
+        KIP-679): allowed when a resource with no ACL of its own would be; else when an
+        ALLOW of the principal (or ``User:*``) for the operation (or All) exists whose
+        pattern no DENY of the same scope covers — a literal name denied literally or by a
+        prefix of it, a prefix denied by a shorter or equal prefix; a literal ``*`` DENY
+        covers all, a literal ``*`` ALLOW not covered by that allows."""
+        if self.authorize(principal, host, operation, resource_type, _ANY_RESOURCE_PROBE):
+            return True
+        index = self._by_type.get(resource_type)
+        if index is None:
+            return False
+        text = str(principal)
+        denied_literal: set[str] = set()
+        denied_prefixes: set[str] = set()
+        allowed: list[AclBinding] = []
+        bindings = [b for group in index.literal.values() for b in group]
+        bindings += index.wildcard
+        bindings += [b for group in index.prefixed.values() for b in group]
+        for acl in bindings:
+            if acl.principal not in (text, WILDCARD_PRINCIPAL) or acl.host not in (host, WILDCARD):
+                continue
+            if acl.operation not in (operation, AclOperation.ALL):
+                continue
+            if acl.permission == AclPermissionType.DENY:
+                if acl.pattern_type == PatternType.PREFIXED:
+                    denied_prefixes.add(acl.resource_name)
+                elif acl.resource_name == WILDCARD:
+                    return False
+                else:
+                    denied_literal.add(acl.resource_name)
+            else:
+                allowed.append(acl)
+        if any(
+            a.pattern_type == PatternType.LITERAL and a.resource_name == WILDCARD for a in allowed
+        ):
+            return True
+        for acl in allowed:
+            name = acl.resource_name
+            if acl.pattern_type == PatternType.LITERAL and name in denied_literal:
+                continue
+            if not any(name[:end] in denied_prefixes for end in range(1, len(name) + 1)):
+                return True
+        return False
 
 
 def configured_authorizer(config: BrokerConfig, acls: Iterable[AclBinding]) -> Authorizer | None:

@@ -14,6 +14,7 @@ from tidelog.broker.broker import Broker
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.partitions import Partitions
 from tidelog.protocol import ApiKey, RequestHeader
+from tidelog.security.principal import ANONYMOUS, KafkaPrincipal
 from tidelog.storage import LogConfig, LogManager
 
 
@@ -31,6 +32,7 @@ class FakeClock:
 class _NoConnection:
     peer = "test:0"
     listener = "PLAINTEXT"
+    principal = ANONYMOUS
 
 
 @pytest.fixture
@@ -59,9 +61,19 @@ def add_topic(
     return topic_id
 
 
-def context(broker: Broker, api_key: ApiKey, version: int, client_id: str = "test") -> Any:
+def context(
+    broker: Broker,
+    api_key: ApiKey,
+    version: int,
+    client_id: str = "test",
+    principal: KafkaPrincipal = ANONYMOUS,
+    peer: str = "test:0",
+) -> Any:
+    connection = _NoConnection()
+    connection.principal = principal
+    connection.peer = peer
     header = RequestHeader(int(api_key), version, 1, client_id)
-    return RequestContext(broker, _NoConnection(), header)  # type: ignore[arg-type]
+    return RequestContext(broker, connection, header)  # type: ignore[arg-type]
 
 
 # -- Produce / idempotent producer helpers ------------------------------------------------

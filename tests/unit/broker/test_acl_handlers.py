@@ -20,7 +20,11 @@ from tidelog.security.principal import KafkaPrincipal
 
 from .admin_fixtures import call, schema, versions
 
-AUTHORIZER = {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin"}
+# The handlers are called as User:ANONYMOUS, who manages the ACLs here as a super user.
+AUTHORIZER = {
+    "authorizer.class.name": STANDARD_AUTHORIZER,
+    "super.users": "User:admin;User:ANONYMOUS",
+}
 ALICE = KafkaPrincipal.user("alice")
 
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from kio.static.primitive import i8
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, response_module
@@ -46,6 +47,12 @@ def _authorization_off(ctx: RequestContext) -> bool:
     return ctx.broker.authorizer is None
 
 
+def _cluster_denied(ctx: RequestContext, operation: AclOperation) -> ApiError | None:
+    """Describe on the cluster to list ACLs, Alter to change them (Kafka's rule)."""
+    denied = access(ctx).cluster_error(operation)
+    return None if denied is None else ApiError(denied, denied.message)
+
+
 def _filter(request: Any) -> AclBindingFilter:
     """A filter from the fields a DescribeAcls request and a DeleteAcls filter share."""
     return AclBindingFilter(
@@ -65,6 +72,8 @@ async def handle_describe_acls(ctx: RequestContext, request: Any) -> object:
     acls: tuple[AclBinding, ...] = ()
     if _authorization_off(ctx):
         error = NO_AUTHORIZER
+    elif (denied := _cluster_denied(ctx, AclOperation.DESCRIBE)) is not None:
+        error = denied
     else:
         result = controller(ctx).describe_acls(_filter(request))
         error, acls = result.error, result.acls
@@ -113,6 +122,8 @@ async def handle_create_acls(ctx: RequestContext, request: Any) -> object:
     ]
     if _authorization_off(ctx):
         errors = [NO_AUTHORIZER] * len(bindings)
+    elif (denied := _cluster_denied(ctx, AclOperation.ALTER)) is not None:
+        errors = [denied] * len(bindings)
     elif bindings:
         errors = await ctx.broker.run_blocking(controller(ctx).create_acls, bindings)
     else:
@@ -132,6 +143,8 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> object:
     filters = [_filter(item) for item in request.filters]
     if _authorization_off(ctx):
         results: list[tuple[ApiError, Iterable[AclBinding]]] = [(NO_AUTHORIZER, ())] * len(filters)
+    elif (denied := _cluster_denied(ctx, AclOperation.ALTER)) is not None:
+        results = [(denied, ())] * len(filters)
     elif filters:
         deleted = await ctx.broker.run_blocking(controller(ctx).delete_acls, filters)
         results = [(result.error, result.deleted) for result in deleted]

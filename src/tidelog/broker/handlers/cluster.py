@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, make, response_module
+from tidelog.metadata.acls import AclOperation
 from tidelog.metadata.controller.cluster import HeartbeatRequest, RegistrationRequest
 from tidelog.metadata.records import BrokerEndpoint
 from tidelog.protocol import ApiKey, ErrorCode
@@ -48,15 +50,22 @@ def _registration_request(request: Any) -> RegistrationRequest | str:
     )
 
 
+def _not_a_node(ctx: RequestContext) -> ErrorCode | None:
+    """What nodes send their controller needs ClusterAction on the cluster (Kafka's rule:
+    the nodes' own principal belongs in ``super.users`` or gets that ACL)."""
+    return access(ctx).cluster_error(AclOperation.CLUSTER_ACTION)
+
+
 @handles(ApiKey.BROKER_REGISTRATION, controller_only=True)
 async def handle_broker_registration(ctx: RequestContext, request: Any) -> object:
     module = response_module("broker_registration", ctx.api_version)
     wanted = _registration_request(request)
-    if isinstance(wanted, str):
+    refused = _not_a_node(ctx)
+    if refused is not None or isinstance(wanted, str):
         return make(
             module.BrokerRegistrationResponse,
             throttle_time=ZERO_THROTTLE,
-            error_code=ErrorCode.INVALID_REQUEST.to_kio(),
+            error_code=(refused or ErrorCode.INVALID_REQUEST).to_kio(),
             broker_epoch=-1,
         )
     reply = await ctx.broker.run_blocking(controller(ctx).register_broker, wanted)
@@ -71,6 +80,15 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
 @handles(ApiKey.BROKER_HEARTBEAT, controller_only=True)
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
     module = response_module("broker_heartbeat", ctx.api_version)
+    if (refused := _not_a_node(ctx)) is not None:
+        return make(
+            module.BrokerHeartbeatResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=refused.to_kio(),
+            is_caught_up=False,
+            is_fenced=True,
+            should_shut_down=False,
+        )
     wanted = HeartbeatRequest(
         broker_id=int(request.broker_id),
         broker_epoch=int(request.broker_epoch),
@@ -92,6 +110,14 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
 @handles(ApiKey.ALLOCATE_PRODUCER_IDS, controller_only=True)
 async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
     module = response_module("allocate_producer_ids", ctx.api_version)
+    if (refused := _not_a_node(ctx)) is not None:
+        return make(
+            module.AllocateProducerIdsResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=refused.to_kio(),
+            producer_id_start=-1,
+            producer_id_len=0,
+        )
     block = await ctx.broker.run_blocking(
         controller(ctx).allocate_producer_ids, int(request.broker_id), int(request.broker_epoch)
     )
@@ -107,6 +133,14 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> obj
 @handles(ApiKey.UNREGISTER_BROKER, controller_only=True)
 async def handle_unregister_broker(ctx: RequestContext, request: Any) -> object:
     module = response_module("unregister_broker", ctx.api_version)
+    # An operator's request (kafka-cluster unregister): Alter on the cluster, as in Kafka.
+    if (refused := access(ctx).cluster_error(AclOperation.ALTER)) is not None:
+        return make(
+            module.UnregisterBrokerResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=refused.to_kio(),
+            error_message=refused.message,
+        )
     error = await ctx.broker.run_blocking(controller(ctx).unregister_broker, int(request.broker_id))
     return make(
         module.UnregisterBrokerResponse,

@@ -21,19 +21,43 @@ AlterConfigs resource takes its last value, as in Kafka.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from tidelog.broker.authorization import access, in_request_order
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, make, response_module
+from tidelog.metadata.acls import AclOperation
 from tidelog.metadata.configs import ConfigEntry
 from tidelog.metadata.controller import (
     AlterConfigsResource,
     ConfigResourceResult,
     DescribeConfigsResource,
+    DescribeConfigsResult,
     IncrementalAlterConfigsResource,
 )
-from tidelog.protocol import ApiKey
+from tidelog.metadata.errors import ApiError
+from tidelog.protocol import ApiKey, ErrorCode
+
+R = TypeVar("R")
+
+
+def _denials(
+    ctx: RequestContext, operation: AclOperation, resources: Sequence[Any]
+) -> list[ErrorCode | None]:
+    """Per requested resource, its authorization error (None: allowed)."""
+    checks = access(ctx)
+    return [
+        checks.config_resource_error(operation, int(r.resource_type), r.resource_name)
+        for r in resources
+    ]
+
+
+def _refusal(code: ErrorCode | None) -> ApiError:
+    assert code is not None, "only denied resources are refused"
+    return ApiError(code, code.message)
+
 
 # -- DescribeConfigs -----------------------------------------------------------------------
 
@@ -58,18 +82,28 @@ def _entry(module: Any, entry: ConfigEntry) -> Any:
 @handles(ApiKey.DESCRIBE_CONFIGS)
 async def handle_describe_configs(ctx: RequestContext, request: Any) -> object:
     module = response_module("describe_configs", ctx.api_version)
+    denied = _denials(ctx, AclOperation.DESCRIBE_CONFIGS, request.resources)
     resources = [
         DescribeConfigsResource(
             resource_type=int(resource.resource_type),
             resource_name=resource.resource_name,
             keys=tuple(resource.configuration_keys) if resource.configuration_keys else None,
         )
-        for resource in request.resources
+        for resource, refused in zip(request.resources, denied, strict=True)
+        if refused is None
     ]
-    described = controller(ctx).describe_configs(
+    answered = controller(ctx).describe_configs(
         resources,
         include_synonyms=bool(request.include_synonyms),
         include_documentation=bool(getattr(request, "include_documentation", False)),
+    )
+    described = in_request_order(
+        list(zip(request.resources, denied, strict=True)),
+        [refused is None for refused in denied],
+        answered,
+        lambda item: DescribeConfigsResult(
+            int(item[0].resource_type), item[0].resource_name, _refusal(item[1])
+        ),
     )
     results = tuple(
         module.DescribeConfigsResult(
@@ -85,6 +119,31 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> object:
 
 
 # -- AlterConfigs / IncrementalAlterConfigs ------------------------------------------------
+
+
+async def _alter_authorized(
+    ctx: RequestContext,
+    requested: Sequence[Any],
+    resources: list[R],
+    alter: Callable[..., list[ConfigResourceResult]],
+    validate_only: bool,
+) -> list[ConfigResourceResult]:
+    """``alter`` run on the ``resources`` (built from ``requested``, in order) that the
+    principal may alter, the others answered with the authorization error."""
+    denied = _denials(ctx, AclOperation.ALTER_CONFIGS, requested)
+    allowed = [refused is None for refused in denied]
+    permitted = [r for r, ok in zip(resources, allowed, strict=True) if ok]
+    results: list[ConfigResourceResult] = []
+    if permitted:
+        results = await ctx.broker.run_blocking(alter, permitted, validate_only=validate_only)
+    return in_request_order(
+        list(zip(requested, denied, strict=True)),
+        allowed,
+        results,
+        lambda item: ConfigResourceResult(
+            int(item[0].resource_type), item[0].resource_name, _refusal(item[1])
+        ),
+    )
 
 
 def _alter_response(module: Any, response_cls: Any, results: list[ConfigResourceResult]) -> Any:
@@ -113,11 +172,13 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> object:
         )
         for resource in request.resources
     ]
-    results: list[ConfigResourceResult] = []
-    if resources:
-        results = await ctx.broker.run_blocking(
-            controller(ctx).alter_configs, resources, validate_only=bool(request.validate_only)
-        )
+    results = await _alter_authorized(
+        ctx,
+        request.resources,
+        resources,
+        controller(ctx).alter_configs,
+        bool(request.validate_only),
+    )
     return _alter_response(module, module.AlterConfigsResponse, results)
 
 
@@ -135,11 +196,11 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
         )
         for resource in request.resources
     ]
-    results: list[ConfigResourceResult] = []
-    if resources:
-        results = await ctx.broker.run_blocking(
-            controller(ctx).incremental_alter_configs,
-            resources,
-            validate_only=bool(request.validate_only),
-        )
+    results = await _alter_authorized(
+        ctx,
+        request.resources,
+        resources,
+        controller(ctx).incremental_alter_configs,
+        bool(request.validate_only),
+    )
     return _alter_response(module, module.IncrementalAlterConfigsResponse, results)

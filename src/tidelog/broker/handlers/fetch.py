@@ -52,9 +52,11 @@ import datetime
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.authorization import access, no_topic_error
 from tidelog.broker.broker import Broker
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.fetch_response import (
@@ -113,6 +115,8 @@ class _Fetch:
     #: the listener the request came in on: the leader's address is given for that one
     listener: str
     session: FetchSession | None = None
+    #: the authorization error of a topic (None: it may be read)
+    topic_error: Callable[[str], ErrorCode | None] = no_topic_error
 
 
 _Read = tuple[PartitionKey, CachedPartition, PartitionResult]
@@ -206,6 +210,11 @@ def _read_one(
 ) -> PartitionResult:
     result = PartitionResult(item.partition)
     partition, error = resolver.partition(item)
+    # Authorization first, as in Kafka: a denied topic does not say whether it exists.
+    denied = fetch.topic_error(item.topic) if item.topic is not None else None
+    if denied is not None:
+        result.error_code = denied
+        return result
     if partition is None:
         result.error_code = error
         return result
@@ -449,6 +458,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> object:
         listener=ctx.listener,
         session=session,
     )
+    fetch.topic_error = access(ctx).fetch_topic_errors(fetch.replica_id)
     if fetch.replica_id >= 0:
         _log.debug(
             "refusing a follower fetch from replica %d (%s): no partition here has followers",

@@ -27,6 +27,13 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from tidelog.broker.authorization import (
+    AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+    SUPPORTED_OPERATIONS,
+    access,
+    in_request_order,
+    operation_bits,
+)
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers.metadata import listed_brokers
@@ -46,13 +53,12 @@ from tidelog.coordinator import (
     SyncGroupResult,
 )
 from tidelog.coordinator.api import DeleteGroupResult
+from tidelog.metadata.acls import AclOperation, ResourceType
 from tidelog.protocol import ApiKey, ErrorCode
 
-#: Kafka's value for "authorized operations were not requested".
-AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
 #: Every operation a group supports (READ 3, DELETE 6, DESCRIBE 8), which Kafka reports
 #: when no authorizer is configured.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+GROUP_OPERATIONS = operation_bits(SUPPORTED_OPERATIONS[ResourceType.GROUP])
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -92,12 +98,17 @@ async def _find(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode
     """The error, and the node that coordinates ``key``: the leader of its partition of
     the internal topic (this node on a single node)."""
     driver: GroupDriver | TransactionDriver | None
+    checks = access(ctx)
     if key_type == KEY_TYPE_GROUP:
         driver = driver_of(ctx)
+        denied = checks.group_error(AclOperation.DESCRIBE, key)
     elif key_type == KEY_TYPE_TRANSACTION:
         driver = ctx.broker.transactions
+        denied = checks.transactional_id_error(AclOperation.DESCRIBE, key)
     else:
         return ErrorCode.INVALID_REQUEST, -1
+    if denied is not None:
+        return denied, -1
     if driver is None:
         return _UNAVAILABLE, -1
     error = await driver.coordinator_error(key)
@@ -178,6 +189,9 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> object:
             members=members,
         )
 
+    denied = access(ctx).group_error(AclOperation.READ, request.group_id)
+    if denied is not None:
+        return build(JoinGroupResult(denied, member_id=request.member_id))
     fallback = JoinGroupResult(_UNAVAILABLE, member_id=request.member_id)
     driver = driver_of(ctx)
     if driver is None:
@@ -220,6 +234,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> object:
             assignment=result.assignment,
         )
 
+    denied = access(ctx).group_error(AclOperation.READ, request.group_id)
+    if denied is not None:
+        return build(SyncGroupResult(denied))
     fallback = SyncGroupResult(_UNAVAILABLE)
     driver = driver_of(ctx)
     if driver is None:
@@ -246,7 +263,10 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> object:
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> object:
     module = response_module("heartbeat", ctx.api_version)
     driver = driver_of(ctx)
-    if driver is None:
+    denied = access(ctx).group_error(AclOperation.READ, request.group_id)
+    if denied is not None:
+        error = denied
+    elif driver is None:
         error = _UNAVAILABLE
     else:
         error = driver.coordinator.heartbeat(
@@ -290,6 +310,9 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> object:
             ),
         )
 
+    denied = access(ctx).group_error(AclOperation.READ, request.group_id)
+    if denied is not None:
+        return build(LeaveGroupResult(denied))
     fallback = LeaveGroupResult(_UNAVAILABLE)
     driver = driver_of(ctx)
     if driver is None:
@@ -325,6 +348,9 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> object:
     result = driver.coordinator.list_groups(
         tuple(getattr(request, "states_filter", ())), tuple(getattr(request, "types_filter", ()))
     )
+    # Describe on the cluster lists every group; else those the principal may describe.
+    checks = access(ctx)
+    every_group = checks.cluster(AclOperation.DESCRIBE, audit=False)
     groups = tuple(
         make(
             module.ListedGroup,
@@ -334,6 +360,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> object:
             group_type=g.group_type,
         )
         for g in result.groups
+        if every_group or checks.group(AclOperation.DESCRIBE, g.group_id, audit=False)
     )
     return make(
         module.ListGroupsResponse,
@@ -351,14 +378,19 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     module = response_module("describe_groups", version)
     driver = driver_of(ctx)
-    operations = (
-        GROUP_OPERATIONS
-        if getattr(request, "include_authorized_operations", False)
-        else AUTHORIZED_OPERATIONS_NOT_REQUESTED
-    )
+    checks = access(ctx)
+    operations_asked = bool(getattr(request, "include_authorized_operations", False))
     described = []
     for group_id in request.groups:
-        if driver is None:
+        operations = (
+            checks.operations(ResourceType.GROUP, group_id)
+            if operations_asked
+            else AUTHORIZED_OPERATIONS_NOT_REQUESTED
+        )
+        denied = checks.group_error(AclOperation.DESCRIBE, group_id)
+        if denied is not None:
+            group = DescribedGroup(group_id, denied, "")
+        elif driver is None:
             group = DescribedGroup(group_id, _UNAVAILABLE, "")
         else:
             group = driver.coordinator.describe_group(group_id, api_version=version)
@@ -408,11 +440,30 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> object:
             ),
         )
 
-    fallback = DeleteGroupsResult(tuple(DeleteGroupResult(g, _UNAVAILABLE) for g in group_ids))
+    checks = access(ctx)
+    allowed = [checks.group(AclOperation.DELETE, g) for g in group_ids]
+    permitted = [g for g, ok in zip(group_ids, allowed, strict=True) if ok]
+
+    def answer(result: DeleteGroupsResult) -> object:
+        # The denied groups in their request places, the coordinator's answers around them.
+        return build(
+            DeleteGroupsResult(
+                tuple(
+                    in_request_order(
+                        group_ids,
+                        allowed,
+                        result.groups,
+                        lambda g: DeleteGroupResult(g, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                    )
+                )
+            )
+        )
+
+    fallback = DeleteGroupsResult(tuple(DeleteGroupResult(g, _UNAVAILABLE) for g in permitted))
     driver = driver_of(ctx)
-    if driver is None:
-        return build(fallback)
+    if driver is None or not permitted:
+        return answer(fallback)
     coordinator = driver.coordinator
     return driver.respond(
-        lambda token, now: coordinator.delete_groups(token, now, group_ids), fallback, build
+        lambda token, now: coordinator.delete_groups(token, now, permitted), fallback, answer
     )

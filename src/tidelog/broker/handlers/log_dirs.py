@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
+from tidelog.metadata.acls import AclOperation
 from tidelog.protocol import ApiKey, ErrorCode
 
 
@@ -41,6 +43,14 @@ def disk_space(path: str) -> tuple[int, int]:
 @handles(ApiKey.DESCRIBE_LOG_DIRS)
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> object:
     module = response_module("describe_log_dirs", ctx.api_version)
+    denied = access(ctx).cluster_error(AclOperation.DESCRIBE)
+    if denied is not None:
+        return make(
+            module.DescribeLogDirsResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=denied.to_kio(),
+            results=(),
+        )
     partitions = ctx.broker.partitions
     wanted = _wanted(request)
     # log dir -> topic -> [(partition, size)]

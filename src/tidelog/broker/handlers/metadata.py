@@ -21,9 +21,13 @@ every topic, and then nothing is auto-created):
   by that very request (clients retry and see it on their next request); else
   UNKNOWN_TOPIC_OR_PARTITION. A failed creation reports the controller's error.
 
-Authorized operations: without an authorizer Kafka grants every operation the resource
-type supports, so when asked this returns that bit set; when not asked, Kafka's
-"not requested" value (INT32_MIN). The same goes for DescribeCluster.
+Authorization (``docs/security.md``): Describe on each topic; a topic the principal may
+not describe is left out of an every-topic answer and answered TOPIC_AUTHORIZATION_FAILED
+when named (by id: the id without the name); auto-creation needs Create on the cluster or
+the topic. Authorized operations, when asked: the bits of the operations the principal
+may do on each topic, and on the cluster (0 without Describe on it); without an authorizer
+every operation the resource type supports. When not asked, Kafka's "not requested"
+value (INT32_MIN). The same goes for DescribeCluster.
 
 DescribeCluster serves only the broker endpoint type (1); any other type gets
 UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. From v2 a client may ask for the
@@ -35,39 +39,25 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from tidelog.broker.authorization import (
+    AUTHORIZED_OPERATIONS_NOT_REQUESTED,
+    SUPPORTED_OPERATIONS,
+    Access,
+    access,
+    operation_bits,
+)
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
+from tidelog.metadata.acls import AclOperation, ResourceType
 from tidelog.metadata.controller import INTERNAL_TOPICS, validate_topic_name
 from tidelog.metadata.image import MetadataImage, TopicImage
 from tidelog.protocol import ApiKey, ErrorCode
 
-#: Kafka's value for "authorized operations were not requested".
-AUTHORIZED_OPERATIONS_NOT_REQUESTED = -(2**31)
-
-# Kafka's ACL operation numbers (bit positions of the authorized-operations fields).
-_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
-_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
-
-
-def _bits(*operations: int) -> int:
-    return sum(1 << op for op in operations)
-
-
 #: Every operation a topic supports (what Kafka reports when no authorizer is configured).
-TOPIC_OPERATIONS = _bits(
-    _READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS, _ALTER_CONFIGS
-)
+TOPIC_OPERATIONS = operation_bits(SUPPORTED_OPERATIONS[ResourceType.TOPIC])
 #: Every operation the cluster resource supports.
-CLUSTER_OPERATIONS = _bits(
-    _CREATE,
-    _ALTER,
-    _DESCRIBE,
-    _CLUSTER_ACTION,
-    _DESCRIBE_CONFIGS,
-    _ALTER_CONFIGS,
-    _IDEMPOTENT_WRITE,
-)
+CLUSTER_OPERATIONS = operation_bits(SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
 
 #: DescribeCluster endpoint types.
 ENDPOINT_TYPE_BROKER = 1
@@ -153,8 +143,12 @@ def _partitions(
     return tuple(out)
 
 
-async def _answer_by_name(ctx: RequestContext, name: str, allow_auto_create: bool) -> _TopicAnswer:
+async def _answer_by_name(
+    ctx: RequestContext, checks: Access, name: str, allow_auto_create: bool
+) -> _TopicAnswer:
     broker = ctx.broker
+    if not checks.topic(AclOperation.DESCRIBE, name):
+        return _TopicAnswer(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
     topic = broker.image.topic(name)
     if topic is not None:
         return _TopicAnswer(ErrorCode.NONE, name, topic)
@@ -162,6 +156,8 @@ async def _answer_by_name(ctx: RequestContext, name: str, allow_auto_create: boo
         return _TopicAnswer(ErrorCode.INVALID_TOPIC_EXCEPTION, name)
     if not allow_auto_create:
         return _TopicAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+    if not checks.may_create_topic(name):
+        return _TopicAnswer(ErrorCode.TOPIC_AUTHORIZATION_FAILED, name)
     controller = broker.controller
     assert controller is not None, "broker built without a controller"
     result = await broker.run_blocking(controller.auto_create_topic, name)
@@ -187,12 +183,15 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> object:
         and (version < 4 or bool(request.allow_auto_topic_creation))
         and broker.config.auto_create_topics_enable
     )
+    checks = access(ctx)
     answers: list[_TopicAnswer] = []
     if every_topic:
         image = broker.image
+        # Topics the principal may not describe are left out, as Kafka leaves them out.
         answers = [
             _TopicAnswer(ErrorCode.NONE, name, image.topics_by_name[name])
             for name in sorted(image.topics_by_name)
+            if checks.topic(AclOperation.DESCRIBE, name, audit=False)
         ]
     else:
         seen_names: set[str] = set()
@@ -206,6 +205,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> object:
                 found = broker.image.topic_by_id(topic_id)
                 if found is None:
                     answers.append(_TopicAnswer(ErrorCode.UNKNOWN_TOPIC_ID, None, None, topic_id))
+                elif not checks.topic(AclOperation.DESCRIBE, found.name):
+                    # Kafka does not count an id as secret: the id is echoed, the name not.
+                    denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    answers.append(_TopicAnswer(denied, None, None, topic_id))
                 else:
                     answers.append(_TopicAnswer(ErrorCode.NONE, found.name, found))
                 continue
@@ -216,22 +219,23 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> object:
             if name in seen_names:
                 continue
             seen_names.add(name)
-            answers.append(await _answer_by_name(ctx, name, allow_auto_create))
-    return _metadata_response(ctx, module, version, request, answers)
+            answers.append(await _answer_by_name(ctx, checks, name, allow_auto_create))
+    return _metadata_response(ctx, checks, module, version, request, answers)
 
 
 def _metadata_response(
-    ctx: RequestContext, module: Any, version: int, request: Any, answers: list[_TopicAnswer]
+    ctx: RequestContext,
+    checks: Access,
+    module: Any,
+    version: int,
+    request: Any,
+    answers: list[_TopicAnswer],
 ) -> object:
     broker = ctx.broker
     image = broker.image
-    topic_ops = (
-        TOPIC_OPERATIONS
-        if getattr(request, "include_topic_authorized_operations", False)
-        else AUTHORIZED_OPERATIONS_NOT_REQUESTED
-    )
+    topic_ops_asked = bool(getattr(request, "include_topic_authorized_operations", False))
     cluster_ops = (
-        CLUSTER_OPERATIONS
+        checks.cluster_operations()
         if getattr(request, "include_cluster_authorized_operations", False)
         else AUTHORIZED_OPERATIONS_NOT_REQUESTED
     )
@@ -250,7 +254,11 @@ def _metadata_response(
                 topic_id=topic.topic_id if topic is not None else answer.topic_id,
                 is_internal=answer.name in INTERNAL_TOPICS,
                 partitions=_partitions(module, image, topic, broker) if topic is not None else (),
-                topic_authorized_operations=topic_ops,
+                topic_authorized_operations=(
+                    checks.operations(ResourceType.TOPIC, answer.name)
+                    if topic_ops_asked and answer.name is not None
+                    else AUTHORIZED_OPERATIONS_NOT_REQUESTED
+                ),
             )
         )
     broker_cls = module.MetadataResponseBroker
@@ -280,7 +288,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: Any) -> object:
     broker = ctx.broker
     endpoint_type = int(getattr(request, "endpoint_type", ENDPOINT_TYPE_BROKER))
     cluster_ops = (
-        CLUSTER_OPERATIONS
+        access(ctx).cluster_operations()
         if request.include_cluster_authorized_operations
         else AUTHORIZED_OPERATIONS_NOT_REQUESTED
     )

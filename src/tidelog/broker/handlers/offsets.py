@@ -20,10 +20,12 @@ import sys
 from collections import Counter
 from typing import Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, make
 from tidelog.broker.partitions import Partition
+from tidelog.metadata.acls import AclOperation
 from tidelog.protocol import ApiKey, ErrorCode, response_class
 from tidelog.storage import (
     EARLIEST_TIMESTAMP,
@@ -132,16 +134,20 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> object:
     replica_id = int(request.replica_id)
     isolation_level = int(getattr(request, "isolation_level", 0))
     partitions = ctx.broker.partitions
+    checks = access(ctx)
     topics = []
     for topic in request.topics:
         counts = Counter(int(item.partition_index) for item in topic.partitions)
         duplicated = {index for index, count in counts.items() if count > 1}
+        denied = checks.topic_error(AclOperation.DESCRIBE, topic.name)
         results = []
         for item in topic.partitions:
             index = int(item.partition_index)
             error, offset, ts, epoch = ErrorCode.NONE, UNDEFINED_OFFSET, -1, UNDEFINED_EPOCH
             partition = partitions.get(topic.name, index)
-            if index in duplicated:
+            if denied is not None:
+                error = denied
+            elif index in duplicated:
                 # Kafka allows one timestamp per partition from v1 on, and refuses every
                 # entry of a partition listed twice.
                 error = ErrorCode.INVALID_REQUEST
@@ -188,14 +194,18 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> o
     cls, schema = _schema(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
     # Followers and consumers (replica id -2 from v3 on) get the same answer, as in Kafka.
     partitions = ctx.broker.partitions
+    topic_error = access(ctx).offset_for_leader_epoch_errors()
     topics = []
     for topic in request.topics:
+        denied = topic_error(topic.topic)
         results = []
         for item in topic.partitions:
             error = ErrorCode.NONE
             epoch, end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
             partition = partitions.get(topic.topic, int(item.partition))
-            if partition is None:
+            if denied is not None:
+                error = denied
+            elif partition is None:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 error = check_leader_epoch(partition, int(item.current_leader_epoch))
@@ -248,12 +258,16 @@ async def _delete_records(partition: Partition, offset: int) -> tuple[ErrorCode,
 async def handle_delete_records(ctx: RequestContext, request: Any) -> object:
     cls, schema = _schema(ApiKey.DELETE_RECORDS, ctx.api_version)
     partitions = ctx.broker.partitions
+    checks = access(ctx)
     topics = []
     for topic in request.topics:
+        denied = checks.topic_error(AclOperation.DELETE, topic.name)
         results = []
         for item in topic.partitions:
             partition = partitions.get(topic.name, int(item.partition_index))
-            if partition is None:
+            if denied is not None:
+                error, low = denied, UNDEFINED_OFFSET
+            elif partition is None:
                 error, low = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNDEFINED_OFFSET
             else:
                 error, low = await _delete_records(partition, int(item.offset))

@@ -21,10 +21,10 @@ version's layout:
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.groups import driver_of, ms
 from tidelog.broker.handlers.registry import handles
@@ -38,6 +38,7 @@ from tidelog.coordinator import (
     OffsetFetchResult,
     PartitionError,
 )
+from tidelog.metadata.acls import AclOperation
 from tidelog.protocol import ApiKey, ErrorCode
 
 _UNAVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -53,13 +54,21 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> object:
     by_id = version >= 10
     broker = ctx.broker
 
-    # Per request topic: its name (None: unknown topic id) and its partitions.
-    topics: list[tuple[Any, str | None, Sequence[Any]]] = []
+    checks = access(ctx)
+    group_denied = checks.group_error(AclOperation.READ, request.group_id)
+    # Per request topic: the error of all its partitions when it is not committed (the
+    # group or the topic not authorized, an unknown topic id), and its partitions.
+    topics: list[tuple[Any, ErrorCode | None, Sequence[Any]]] = []
     partitions: list[OffsetCommitPartition] = []
     for topic in request.topics:
         name = broker.topic_name_of(topic.topic_id) if by_id else topic.name
-        topics.append((topic.topic_id if by_id else topic.name, name, topic.partitions))
-        if name is None:
+        refused = group_denied or (
+            ErrorCode.UNKNOWN_TOPIC_ID
+            if name is None
+            else checks.topic_error(AclOperation.READ, name)
+        )
+        topics.append((topic.topic_id if by_id else topic.name, refused, topic.partitions))
+        if name is None or refused is not None:
             continue
         for p in topic.partitions:
             partitions.append(
@@ -75,9 +84,9 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> object:
     def build(result: OffsetCommitResult) -> object:
         errors = iter(result.partitions)
         answered = []
-        for key, name, requested in topics:
-            if name is None:
-                codes = [ErrorCode.UNKNOWN_TOPIC_ID] * len(requested)
+        for key, refused, requested in topics:
+            if refused is not None:
+                codes = [refused] * len(requested)
             else:
                 codes = [next(errors).error for _ in requested]
             answered.append(
@@ -101,7 +110,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> object:
         tuple(PartitionError(p.topic, p.partition, _UNAVAILABLE) for p in partitions)
     )
     driver = driver_of(ctx)
-    if driver is None:
+    if driver is None or group_denied is not None:
         return build(fallback)
     retention = getattr(request, "retention_time", None)
     commit = OffsetCommitRequest(
@@ -131,8 +140,10 @@ def _fetch_one(
 ) -> tuple[OffsetFetchResult, dict[str, Any]]:
     """One group's offsets, and the topic key (name, or id for v10) of every name."""
     broker = ctx.broker
+    checks = access(ctx)
     keys: dict[str, Any] = {}
-    unknown_ids: list[tuple[uuid.UUID, Sequence[int]]] = []
+    # Requested topics answered without the coordinator: (key, partitions, error).
+    refused: list[tuple[Any, Sequence[int], ErrorCode]] = []
     wanted: list[tuple[str, int]] | None = None
     if requested is not None:
         wanted = []
@@ -140,31 +151,47 @@ def _fetch_one(
             if by_id:
                 name = broker.topic_name_of(topic.topic_id)
                 if name is None:
-                    unknown_ids.append((topic.topic_id, topic.partition_indexes))
+                    refused.append(
+                        (topic.topic_id, topic.partition_indexes, ErrorCode.UNKNOWN_TOPIC_ID)
+                    )
                     continue
                 keys[name] = topic.topic_id
             else:
                 name = topic.name
                 keys[name] = name
+            denied = checks.topic_error(AclOperation.DESCRIBE, name)
+            if denied is not None:
+                refused.append((keys.pop(name), topic.partition_indexes, denied))
+                continue
             wanted.extend((name, int(p)) for p in topic.partition_indexes)
     driver = driver_of(ctx)
-    if driver is None:
+    group_denied = checks.group_error(AclOperation.DESCRIBE, group_id)
+    if group_denied is not None:
+        result = OffsetFetchResult(group_id, group_denied)
+    elif driver is None:
         result = OffsetFetchResult(group_id, _UNAVAILABLE)
     else:
         result = driver.coordinator.fetch_offsets(group_id, wanted, require_stable=require_stable)
     if result.error is ErrorCode.NONE:
         if wanted is None:
-            for found in result.partitions:
+            # Every topic of the group: those the principal may not describe are left out.
+            visible = tuple(
+                found
+                for found in result.partitions
+                if checks.topic(AclOperation.DESCRIBE, found.topic, audit=False)
+            )
+            result = OffsetFetchResult(result.group_id, result.error, visible)
+            for found in visible:
                 if found.topic not in keys:
                     keys[found.topic] = broker.topic_id_of(found.topic) if by_id else found.topic
-        if unknown_ids:
+        if refused:
             extra = tuple(
-                FetchedOffset(str(topic_id), int(p), -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID)
-                for topic_id, indexes in unknown_ids
+                FetchedOffset(str(key), int(p), -1, -1, "", error)
+                for key, indexes, error in refused
                 for p in indexes
             )
-            for topic_id, _ in unknown_ids:
-                keys[str(topic_id)] = topic_id
+            for key, _, _ in refused:
+                keys[str(key)] = key
             result = OffsetFetchResult(result.group_id, result.error, result.partitions + extra)
     return result, keys
 
@@ -247,7 +274,15 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> object:
 @handles(ApiKey.OFFSET_DELETE)
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> object:
     module = response_module("offset_delete", ctx.api_version)
-    requested = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    checks = access(ctx)
+    # Per request topic: TOPIC_AUTHORIZATION_FAILED when it may not be read, else None.
+    denied = [checks.topic_error(AclOperation.READ, t.name) for t in request.topics]
+    requested = [
+        (t.name, int(p.partition_index))
+        for t, refused in zip(request.topics, denied, strict=True)
+        if refused is None
+        for p in t.partitions
+    ]
 
     def build(result: OffsetDeleteResult) -> object:
         topics: tuple[Any, ...] = ()
@@ -259,17 +294,20 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> object:
                     partitions=tuple(
                         module.OffsetDeleteResponsePartition(
                             partition_index=p.partition_index,
-                            error_code=next(errors).error.to_kio(),
+                            error_code=(refused or next(errors).error).to_kio(),
                         )
                         for p in t.partitions
                     ),
                 )
-                for t in request.topics
+                for t, refused in zip(request.topics, denied, strict=True)
             )
         return module.OffsetDeleteResponse(
             error_code=result.error.to_kio(), throttle_time=ZERO_THROTTLE, topics=topics
         )
 
+    group_denied = checks.group_error(AclOperation.DELETE, request.group_id)
+    if group_denied is not None:
+        return build(OffsetDeleteResult(group_denied))
     fallback = OffsetDeleteResult(_UNAVAILABLE)
     driver = driver_of(ctx)
     if driver is None:

@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import CloseConnection, RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE
@@ -58,6 +59,7 @@ from tidelog.broker.produce_validation import (
     validate_partition_records,
 )
 from tidelog.broker.reply import NO_RESPONSE, Deferred
+from tidelog.metadata.acls import AclOperation
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 from tidelog.storage import (
     CorruptSegmentError,
@@ -328,6 +330,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
     metrics = broker.metrics
     verifier = broker.transaction_verifier
     transactional_id = getattr(request, "transactional_id", None)
+    checks = access(ctx)
+    # Kafka refuses every partition of a transactional write the id may not make.
+    refused = (
+        checks.transactional_id_error(AclOperation.WRITE, transactional_id)
+        if transactional_id is not None
+        else None
+    )
     for topic_data in request.topic_data:
         results: list[_Result] = []
         unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -338,12 +347,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
                 unknown = ErrorCode.UNKNOWN_TOPIC_ID
         else:
             key = name = topic_data.name
+        denied = refused or checks.topic_error(AclOperation.WRITE, name)
         for data in topic_data.partition_data:
             result = _Result(data.index)
             results.append(result)
             partition = partitions.get(name, data.index) if name is not None else None
-            if partition is None:
-                result.fail(unknown)
+            if partition is None or denied is not None:
+                result.fail(denied or unknown)
                 failed = True
                 continue
             end = _produce_partition(

@@ -40,12 +40,14 @@ from kio.schema.describe_producers.v0.response import (
 from kio.schema.types import ProducerId
 from kio.static.primitive import i32, i64
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.groups import ms
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE
 from tidelog.broker.handlers.transactions import fenced_code, txn_driver_of
 from tidelog.coordinator.transactions import InitProducerIdRequest, InitProducerIdResult
+from tidelog.metadata.acls import AclOperation
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 
 _log = logging.getLogger(__name__)
@@ -80,10 +82,16 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
         # Two-phase commit (KIP-939) is not served; Kafka refuses it the same way when
         # transaction.two.phase.commit.enable is off.
         return _init_response(version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    checks = access(ctx)
     if transactional_id is not None:
+        denied = checks.transactional_id_error(AclOperation.WRITE, transactional_id)
+        if denied is not None:
+            return _init_response(version, denied)
         return await _init_transactional(
             ctx, transactional_id, ms(request.transaction_timeout), producer_id, producer_epoch
         )
+    if not checks.may_write_idempotently():
+        return _init_response(version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     new_id = await _allocate(ctx)
     if new_id is None:
         return _init_response(version, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -133,16 +141,18 @@ async def _init_transactional(
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> object:
     broker = ctx.broker
     now_ms = broker.clock()
+    checks = access(ctx)
     topics = []
     for topic in request.topics:
+        denied = checks.topic_error(AclOperation.READ, topic.name)
         partitions = []
         for index in topic.partition_indexes:
             partition = broker.partitions.get(topic.name, index)
-            if partition is None:
+            if partition is None or denied is not None:
                 partitions.append(
                     PartitionResponse(
                         partition_index=index,
-                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.to_kio(),
+                        error_code=(denied or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION).to_kio(),
                         active_producers=(),
                     )
                 )

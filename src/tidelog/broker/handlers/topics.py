@@ -23,12 +23,16 @@ without a topic id, as Kafka does.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.authorization import Access, access, in_request_order
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, make, response_module
+from tidelog.metadata.acls import AclOperation
 from tidelog.metadata.controller import (
+    CreatePartitionsResult,
     CreateTopicResult,
     DeleteTopicResult,
     NewPartitions,
@@ -36,6 +40,12 @@ from tidelog.metadata.controller import (
 )
 from tidelog.metadata.errors import ApiError
 from tidelog.protocol import ApiKey, ErrorCode
+
+#: The answer for a topic the principal may not change (no name: it may be a secret).
+_DENIED = ApiError(
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.TOPIC_AUTHORIZATION_FAILED.message
+)
+
 
 # -- CreateTopics --------------------------------------------------------------------------
 
@@ -89,7 +99,11 @@ def _create_topic_result(module: Any, result: CreateTopicResult) -> Any:
 @handles(ApiKey.CREATE_TOPICS)
 async def handle_create_topics(ctx: RequestContext, request: Any) -> object:
     module = response_module("create_topics", ctx.api_version)
-    planned: list[NewTopic | ApiError] = [_new_topic(entry) for entry in request.topics]
+    checks = access(ctx)
+    planned: list[NewTopic | ApiError] = [
+        _new_topic(entry) if checks.may_create_topic(entry.name) else _DENIED
+        for entry in request.topics
+    ]
     new_topics = [item for item in planned if isinstance(item, NewTopic)]
     created: list[CreateTopicResult] = []
     if new_topics:
@@ -114,7 +128,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     module = response_module("delete_topics", version)
     # Each requested entry: a name, an id, or the error of a malformed entry.
-    entries: list[str | uuid.UUID | ApiError]
+    entries: list[str | uuid.UUID | ApiError | _Refused]
     if version >= 6:
         entries = []
         for state in request.topics:
@@ -130,6 +144,8 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
                 entries.append(ApiError(ErrorCode.INVALID_REQUEST, "neither name nor id given"))
     else:
         entries = list(request.topic_names)
+    checks = access(ctx)
+    entries = [_deletable(ctx, checks, entry) for entry in entries]
     names = [e for e in entries if isinstance(e, str)]
     ids = [e for e in entries if isinstance(e, uuid.UUID)]
     deleted: list[DeleteTopicResult] = []
@@ -140,7 +156,9 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
     by_id = iter(deleted[len(names) :])
     responses = []
     for entry in entries:
-        if isinstance(entry, ApiError):
+        if isinstance(entry, _Refused):
+            result = DeleteTopicResult(entry.name, entry.topic_id, entry.error)
+        elif isinstance(entry, ApiError):
             result = DeleteTopicResult(None, None, entry)
         elif isinstance(entry, str):
             result = next(by_name)
@@ -150,7 +168,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
             make(
                 module.DeletableTopicResult,
                 # Before v6 the name is not nullable and always given.
-                name=result.name if version >= 6 else entry,
+                name=result.name if version >= 6 else str(result.name or entry),
                 topic_id=result.topic_id,
                 error_code=result.error.code.to_kio(),
                 error_message=result.error.message,
@@ -161,12 +179,39 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> object:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A DeleteTopics entry the principal may not delete."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    error: ApiError
+
+
+def _deletable(
+    ctx: RequestContext, checks: Access, entry: str | uuid.UUID | ApiError | _Refused
+) -> str | uuid.UUID | ApiError | _Refused:
+    """``entry`` when the principal may delete the topic (or it names none: the controller
+    answers that), else why not. An id the principal may not delete is answered with the
+    id only, a name with the name only, as Kafka answers them."""
+    if isinstance(entry, ApiError | _Refused):
+        return entry
+    name = ctx.broker.topic_name_of(entry) if isinstance(entry, uuid.UUID) else entry
+    if name is None or checks.topic(AclOperation.DELETE, name):
+        return entry
+    if isinstance(entry, uuid.UUID):
+        return _Refused(None, entry, _DENIED)
+    return _Refused(name, None, _DENIED)
+
+
 # -- CreatePartitions ----------------------------------------------------------------------
 
 
 @handles(ApiKey.CREATE_PARTITIONS)
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> object:
     module = response_module("create_partitions", ctx.api_version)
+    checks = access(ctx)
+    allowed = [checks.topic(AclOperation.ALTER, topic.name) for topic in request.topics]
     wanted = [
         NewPartitions(
             name=topic.name,
@@ -177,13 +222,20 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> object:
                 else [[int(b) for b in a.broker_ids] for a in topic.assignments]
             ),
         )
-        for topic in request.topics
+        for topic, ok in zip(request.topics, allowed, strict=True)
+        if ok
     ]
-    results = []
+    created: list[CreatePartitionsResult] = []
     if wanted:
-        results = await ctx.broker.run_blocking(
+        created = await ctx.broker.run_blocking(
             controller(ctx).create_partitions, wanted, validate_only=bool(request.validate_only)
         )
+    results = in_request_order(
+        request.topics,
+        allowed,
+        created,
+        lambda topic: CreatePartitionsResult(topic.name, _DENIED),
+    )
     return make(
         module.CreatePartitionsResponse,
         throttle_time=ZERO_THROTTLE,

@@ -29,6 +29,7 @@ import datetime
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.groups import driver_of
 from tidelog.broker.handlers.registry import handles
@@ -46,6 +47,7 @@ from tidelog.coordinator.transactions import (
     EndTxnRequest,
     EndTxnResult,
 )
+from tidelog.metadata.acls import AclOperation, ResourceType
 from tidelog.metadata.controller import OFFSETS_TOPIC
 from tidelog.protocol import ApiKey, ErrorCode
 
@@ -103,21 +105,27 @@ async def _add_partitions(
     version: int,
 ) -> list[tuple[TopicPartition, ErrorCode]]:
     image = ctx.broker.image
-    unknown = {
-        tp
+    checks = access(ctx)
+    denied = checks.transactional_id_error(AclOperation.WRITE, req.transactional_id)
+    if denied is not None:
+        return [(tp, denied) for tp in req.partitions]
+    # Partitions added to nothing, with why: Write on the topic denied, or no such partition.
+    topic_error = checks.topic_errors(AclOperation.WRITE)
+    refused = {
+        tp: error
         for tp in req.partitions
-        if (topic := image.topic(tp[0])) is None or tp[1] not in topic.partitions
-    }
-    if unknown:
-        return [
-            (
-                tp,
+        if (
+            error := topic_error(tp[0])
+            or (
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                if tp in unknown
-                else ErrorCode.OPERATION_NOT_ATTEMPTED,
+                if (topic := image.topic(tp[0])) is None or tp[1] not in topic.partitions
+                else None
             )
-            for tp in req.partitions
-        ]
+        )
+        is not None
+    }
+    if refused:
+        return [(tp, refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED)) for tp in req.partitions]
     fallback = AddPartitionsResult(tuple((tp, _UNAVAILABLE) for tp in req.partitions))
     if driver is None:
         result = fallback
@@ -152,6 +160,14 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
             module.AddPartitionsToTxnResponse,
             throttle_time=ZERO_THROTTLE,
             results_by_topic_v3_and_below=_by_topic(module, results),
+        )
+    # v4 is sent by brokers only (KIP-890), as Kafka requires ClusterAction for it.
+    if (denied := access(ctx).cluster_error(AclOperation.CLUSTER_ACTION)) is not None:
+        return make(
+            module.AddPartitionsToTxnResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=denied.to_kio(),
+            results_by_transaction=(),
         )
     answered = []
     for txn in request.transactions:
@@ -194,6 +210,12 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> object
             module.AddOffsetsToTxnResponse, throttle_time=ZERO_THROTTLE, error_code=error.to_kio()
         )
 
+    checks = access(ctx)
+    denied = checks.transactional_id_error(
+        AclOperation.WRITE, request.transactional_id
+    ) or checks.group_error(AclOperation.READ, request.group_id)
+    if denied is not None:
+        return build(denied)
     driver = txn_driver_of(ctx)
     groups = driver_of(ctx)
     if driver is None or groups is None:
@@ -231,6 +253,9 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> object:
             producer_epoch=result.producer_epoch,
         )
 
+    denied = access(ctx).transactional_id_error(AclOperation.WRITE, request.transactional_id)
+    if denied is not None:
+        return build(EndTxnResult(denied))
     driver = txn_driver_of(ctx)
     if driver is None:
         return build(EndTxnResult(_UNAVAILABLE))
@@ -255,21 +280,30 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> object:
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     module = response_module("txn_offset_commit", version)
-    partitions = [
-        OffsetCommitPartition(
-            topic=t.name,
-            partition=int(p.partition_index),
-            offset=int(p.committed_offset),
-            metadata=p.committed_metadata,
-            leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
-        )
-        for t in request.topics
-        for p in t.partitions
-    ]
+    checks = access(ctx)
+    topic_error = checks.topic_errors(AclOperation.READ)
+    # The partitions of topics that may not be read are answered apart, the others committed.
+    refused: list[PartitionError] = []
+    partitions = []
+    for t in request.topics:
+        denied = topic_error(t.name)
+        for p in t.partitions:
+            if denied is not None:
+                refused.append(PartitionError(t.name, int(p.partition_index), denied))
+                continue
+            partitions.append(
+                OffsetCommitPartition(
+                    topic=t.name,
+                    partition=int(p.partition_index),
+                    offset=int(p.committed_offset),
+                    metadata=p.committed_metadata,
+                    leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                )
+            )
 
     def build(result: OffsetCommitResult) -> object:
         topics: dict[str, list[Any]] = {}
-        for r in result.partitions:
+        for r in (*result.partitions, *refused):
             error = fenced_code(r.error, fenced_from=3, version=version)
             topics.setdefault(r.topic, []).append(
                 module.TxnOffsetCommitResponsePartition(
@@ -290,6 +324,12 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
             tuple(PartitionError(p.topic, p.partition, error) for p in partitions)
         )
 
+    denied = checks.transactional_id_error(
+        AclOperation.WRITE, request.transactional_id
+    ) or checks.group_error(AclOperation.READ, request.group_id)
+    if denied is not None:
+        refused = [PartitionError(r.topic, r.partition, denied) for r in refused]
+        return build(all_failed(denied))
     driver = txn_driver_of(ctx)
     groups = driver_of(ctx)
     if driver is None or groups is None:
@@ -334,12 +374,14 @@ def _timestamp(ms_since_epoch: int) -> datetime.datetime:
 async def handle_describe_transactions(ctx: RequestContext, request: Any) -> object:
     module = response_module("describe_transactions", ctx.api_version)
     driver = txn_driver_of(ctx)
+    checks = access(ctx)
     states = []
     for tid in request.transactional_ids:
-        if driver is None:
+        denied = checks.transactional_id_error(AclOperation.DESCRIBE, tid)
+        if driver is None or denied is not None:
             states.append(
                 module.TransactionState(
-                    error_code=_UNAVAILABLE.to_kio(),
+                    error_code=(denied or _UNAVAILABLE).to_kio(),
                     transactional_id=tid,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
@@ -356,7 +398,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
         start = d.start_timestamp if d.error is ErrorCode.NONE else 0
         topics: dict[str, list[int]] = {}
         for topic, index in d.partitions:
-            topics.setdefault(topic, []).append(index)
+            # Kafka leaves out the topics the principal may not describe.
+            if checks.topic(AclOperation.DESCRIBE, topic, audit=False):
+                topics.setdefault(topic, []).append(index)
         states.append(
             module.TransactionState(
                 error_code=d.error.to_kio(),
@@ -380,6 +424,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
 @handles(ApiKey.LIST_TRANSACTIONS)
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
     module = response_module("list_transactions", ctx.api_version)
+    # The transactions listed are those the principal may describe.
+    checks = access(ctx)
     driver = txn_driver_of(ctx)
     if driver is None:
         return make(
@@ -408,5 +454,11 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
                 transaction_state=t.state,
             )
             for t in listed
+            if checks.allows(
+                AclOperation.DESCRIBE,
+                ResourceType.TRANSACTIONAL_ID,
+                t.transactional_id,
+                audit=False,
+            )
         ),
     )

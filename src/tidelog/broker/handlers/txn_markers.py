@@ -33,11 +33,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.broker.authorization import access
 from tidelog.broker.broker import Broker
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.produce import storage_error_code
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.partitions import Partition, PartitionError
+from tidelog.metadata.acls import AclOperation
 from tidelog.metadata.controller import OFFSETS_TOPIC
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
 from tidelog.storage import StorageError
@@ -152,7 +154,12 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
         for marker in request.markers
     ]
     broker = ctx.broker
-    results = await apply_txn_markers_durably(broker, markers)
+    denied = access(ctx).cluster_error(AclOperation.CLUSTER_ACTION)
+    if denied is not None:
+        # Only brokers write markers; Kafka fails every partition of the request.
+        results = [dict.fromkeys(marker.partitions, denied) for marker in markers]
+    else:
+        results = await apply_txn_markers_durably(broker, markers)
     groups = broker.groups
     if groups is not None:
         for marker, outcome in zip(markers, results, strict=True):
