@@ -5,6 +5,8 @@ parser)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tidelog.broker.metrics import (
     error_codes,
 )
 from tidelog.metadata.configs import BrokerConfig
+from tidelog.metadata.image import MetadataImage, PartitionImage, TopicImage
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.storage import ConfigError, LogManager
 
@@ -392,3 +395,40 @@ def test_quorum_and_coordinator_figures() -> None:
     assert value(sample, f"{txn}_completed_total", result="abort") == 1
     assert value(sample, f"{txn}_timed_out_total") == 1
     assert value(sample, f"{txn}_partitions_loading") == 0
+
+
+def test_isr_counts_come_from_the_metadata_of_partitions_led_here(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    me = broker.node_id
+    others = (me + 1, me + 2)
+    replicas = (me, *others)
+
+    def part(index: int, isr: tuple[int, ...], leader: int = me) -> PartitionImage:
+        return PartitionImage(index, replicas, isr, leader, 0, 0)
+
+    topic = TopicImage(
+        "orders",
+        uuid.uuid4(),
+        {
+            0: part(0, replicas),  # whole ISR
+            1: part(1, (me, others[0])),  # one follower out: under-replicated
+            2: part(2, (me,)),  # alone: under-replicated and under min.insync.replicas=2
+            3: part(3, (others[0],), leader=others[0]),  # led elsewhere: not counted here
+        },
+    )
+    image = dataclasses.replace(
+        MetadataImage.empty(),
+        topics_by_name={"orders": topic},
+        topics_by_id={topic.topic_id: topic},
+        topic_configs={"orders": {"min.insync.replicas": "2"}},
+    )
+    monkeypatch.setattr(Broker, "image", property(lambda self: image))
+    monkeypatch.setattr(Broker, "config", property(lambda self: BrokerConfig({})))
+    state = BrokerMetrics().gather(broker)
+    assert (state.under_replicated, state.under_min_isr) == (2, 1)
+    sample = parse(BrokerMetrics().render(state))
+    assert value(sample, "kafka_server_under_replicated_partitions") == 2
+    assert value(sample, "kafka_server_under_min_isr_partitions") == 1
+    # The image says three partitions are led here and no log serves them.
+    assert value(sample, "kafka_controller_offline_partitions") == 3
