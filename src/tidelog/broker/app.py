@@ -53,7 +53,7 @@ from tidelog.runtime.failing_disk import with_failing_dirs
 from tidelog.runtime.filelock import FileLock, LockHeldError
 from tidelog.runtime.system import Runtime, wall_clock_ms
 from tidelog.security import ListenerSecurity, listener_security
-from tidelog.storage import LogManager, StorageError, lock_log_dirs
+from tidelog.storage import LogDirOfflineError, LogManager, StorageError, lock_log_dirs
 
 _log = logging.getLogger("tidelog.broker")
 
@@ -430,6 +430,8 @@ class BrokerApp:
         logs, broker = self.logs, self.broker
         if broker is not None:
             broker.partitions.wake_offline()
+        if self.stop_requested.is_set():
+            return  # stopping anyway: a failure while closing is reported as one
         if logs is not None and not logs.online_dirs and self.failure is None:
             self.failure = "every log dir is offline after I/O errors: " + "; ".join(
                 f"{directory}: {cause}" for directory, cause in logs.offline_dirs.items()
@@ -494,7 +496,15 @@ class BrokerApp:
             self._dir_locks = []
         if self._started:
             self._started = False
-            _log.info("broker stopped cleanly")
+            offline = self.logs.offline_dirs if self.logs is not None else {}
+            if offline:
+                # Not clean: those dirs got no clean-shutdown marker, the next start recovers.
+                _log.warning(
+                    "broker stopped; log dirs offline, recovered at the next start: %s",
+                    ", ".join(map(str, offline)),
+                )
+            else:
+                _log.info("broker stopped cleanly")
 
     async def _close(self) -> None:
         if self.metrics_server is not None:
@@ -585,6 +595,8 @@ def failure_line(
     ``binding``: the listener being bound when the failure happened, if any.
     ``another_dir``: how the command that failed is pointed at another directory.
     """
+    if isinstance(exc, LogDirOfflineError):
+        exc = exc.cause  # the I/O error itself says what to fix
     if isinstance(exc, LockHeldError):
         directory = exc.path.parent
         return (
