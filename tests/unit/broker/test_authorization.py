@@ -1,0 +1,596 @@
+"""Per-API authorization through the handlers: each API family allowed, denied, and the
+Metadata filtering, for principals with ACLs (docs/security.md, "What each API checks");
+then the handlers' answers against a reference model of Kafka's rules over random ACLs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidelog.broker.authorization import SUPPORTED_OPERATIONS, operation_bits
+from tidelog.broker.broker import Broker
+from tidelog.broker.handlers import HANDLERS
+from tidelog.broker.reply import Deferred, EncodedResponse, join_parts
+from tidelog.metadata.acls import (
+    STANDARD_AUTHORIZER,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from tidelog.metadata.controller import NewTopic
+from tidelog.protocol import ApiKey, ErrorCode, decode_response, encode_response
+from tidelog.security.authorizer import Authorizer
+from tidelog.security.principal import KafkaPrincipal
+
+from .admin_fixtures import create_topics_request, schema, timeout
+from .conftest import FakeClock, context, make_batch, produce_request, stored_batches
+from .test_fetch_helpers import Want, decode_body, fetch_request, make
+from .test_groups import commit_request, find_request, join_request, running
+
+E = ErrorCode
+Op = AclOperation
+TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TXN = ResourceType.TRANSACTIONAL_ID
+ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
+LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
+
+AUTHZ = {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin"}
+ADMIN = KafkaPrincipal.user("admin")
+ALICE = KafkaPrincipal.user("alice")
+BOB = KafkaPrincipal.user("bob")
+
+
+def acl(
+    resource_type: ResourceType,
+    name: str,
+    operation: AclOperation,
+    *,
+    principal: str = "User:alice",
+    permission: AclPermissionType = ALLOW,
+    pattern: PatternType = LITERAL,
+) -> AclBinding:
+    return AclBinding(resource_type, name, pattern, principal, "*", operation, permission)
+
+
+def grant(broker: Broker, *bindings: AclBinding) -> None:
+    assert broker.controller is not None
+    errors = broker.controller.create_acls(list(bindings))
+    assert all(error.ok for error in errors), errors
+
+
+def topics(broker: Broker, *names: str) -> None:
+    assert broker.controller is not None
+    created = broker.controller.create_topics([NewTopic(name, 1, 1) for name in names])
+    assert all(result.error.ok for result in created), created
+
+
+async def as_user(
+    broker: Broker, principal: KafkaPrincipal, api_key: ApiKey, version: int, request: Any
+) -> Any:
+    """The response of ``request`` sent by ``principal``, as a client decodes it."""
+    ctx = context(broker, api_key, version, principal=principal, peer="10.0.0.7:5000")
+    reply = await HANDLERS[api_key](ctx, request)
+    if isinstance(reply, Deferred):
+        reply = await reply.waiter
+    if isinstance(reply, EncodedResponse):
+        try:
+            return decode_body(api_key, version, join_parts(reply.parts))
+        finally:
+            reply.close()
+    frame = encode_response(ctx.header, reply)
+    _, decoded = decode_response(
+        memoryview(frame)[4:], api_key=int(api_key), api_version=version, correlation_id=1
+    )
+    return decoded
+
+
+def send(
+    broker: Broker, principal: KafkaPrincipal, api_key: ApiKey, version: int, request: Any
+) -> Any:
+    return asyncio.run(as_user(broker, principal, api_key, version, request))
+
+
+def metadata_request(version: int, names: list[str] | None, **flags: Any) -> Any:
+    module = schema("metadata", version)
+    wanted = (
+        None
+        if names is None
+        else tuple(make(module.MetadataRequestTopic, name=n, topic_id=None) for n in names)
+    )
+    values = {
+        "allow_auto_topic_creation": True,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False,
+        **flags,
+    }
+    return make(module.MetadataRequest, topics=wanted, **values)
+
+
+def list_offsets_request(name: str) -> Any:
+    module = schema("list_offsets", 7)
+    partition = module.ListOffsetsPartition(
+        partition_index=0, current_leader_epoch=-1, timestamp=-1
+    )
+    return module.ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=(module.ListOffsetsTopic(name=name, partitions=(partition,)),),
+    )
+
+
+def produce_errors(response: Any) -> dict[str, int]:
+    return {t.name: p.error_code for t in response.responses for p in t.partition_responses}
+
+
+# -- Produce, Fetch, ListOffsets -------------------------------------------------------
+
+
+def test_produce_fetch_and_list_offsets_check_the_topic(start_admin_broker: Any) -> None:
+    broker = start_admin_broker(AUTHZ)
+    topics(broker, "orders", "audit")
+    grant(broker, acl(TOPIC, "orders", Op.WRITE), acl(TOPIC, "orders", Op.READ))
+    batch = make_batch([b"a", b"b"])
+
+    wrote = send(broker, ALICE, ApiKey.PRODUCE, 9, produce_request(9, {"orders": {0: batch}}))
+    assert produce_errors(wrote) == {"orders": E.NONE}
+    both = produce_request(9, {"orders": {0: batch}, "audit": {0: batch}})
+    assert produce_errors(send(broker, ALICE, ApiKey.PRODUCE, 9, both)) == {
+        "orders": E.NONE,
+        "audit": E.TOPIC_AUTHORIZATION_FAILED,
+    }
+    refused = send(broker, BOB, ApiKey.PRODUCE, 9, produce_request(9, {"orders": {0: batch}}))
+    assert produce_errors(refused) == {"orders": E.TOPIC_AUTHORIZATION_FAILED}
+    assert len(stored_batches(broker, "orders")) == 2
+    assert stored_batches(broker, "audit") == []
+    # A transactional write needs Write on its transactional id first, whatever the topic.
+    txn = produce_request(9, {"orders": {0: batch}}, transactional_id="tx-1")
+    assert produce_errors(send(broker, ALICE, ApiKey.PRODUCE, 9, txn)) == {
+        "orders": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    }
+
+    for version in (12, 17):
+        wants = [Want("orders"), Want("audit")]
+        fetched = send(broker, ALICE, ApiKey.FETCH, version, fetch_request(broker, version, wants))
+        by_topic = {
+            (t.topic if version < 13 else broker.topic_name_of(t.topic_id)): t.partitions[0]
+            for t in fetched.responses
+        }
+        assert by_topic["orders"].error_code == E.NONE
+        assert by_topic["orders"].high_watermark == 4
+        assert by_topic["audit"].error_code == E.TOPIC_AUTHORIZATION_FAILED
+        assert by_topic["audit"].records in (None, b"")
+    # A follower fetch needs ClusterAction, which only the super user has here.
+    follower = fetch_request(broker, 12, [Want("orders")], replica_id=2)
+    [denied] = send(broker, ALICE, ApiKey.FETCH, 12, follower).responses
+    assert denied.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+    [admitted] = send(broker, ADMIN, ApiKey.FETCH, 12, follower).responses
+    assert admitted.partitions[0].error_code == E.NOT_LEADER_OR_FOLLOWER
+
+    # ListOffsets: Describe, which Alice's Read implies.
+    [listed] = send(broker, ALICE, ApiKey.LIST_OFFSETS, 7, list_offsets_request("orders")).topics
+    assert (listed.partitions[0].error_code, listed.partitions[0].offset) == (E.NONE, 4)
+    [hidden] = send(broker, BOB, ApiKey.LIST_OFFSETS, 7, list_offsets_request("orders")).topics
+    assert hidden.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_denials_are_logged_once_in_kafkas_authorizer_log_shape(
+    start_admin_broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = start_admin_broker(AUTHZ)
+    topics(broker, "orders")
+    caplog.set_level(logging.INFO, logger="tidelog.authorizer")
+    send(broker, BOB, ApiKey.PRODUCE, 9, produce_request(9, {"orders": {0: make_batch()}}))
+    lines = [r.getMessage() for r in caplog.records if r.name == "tidelog.authorizer"]
+    assert lines == [
+        "Principal = User:bob is Denied operation = Write from host = 10.0.0.7 on resource = "
+        "Topic:LITERAL:orders for request = Produce"
+    ]
+    # Filtering a listing is not a denial worth a line (Kafka logs it neither).
+    caplog.clear()
+    send(broker, BOB, ApiKey.METADATA, 12, metadata_request(12, None))
+    assert [r for r in caplog.records if r.name == "tidelog.authorizer"] == []
+
+
+# -- Metadata --------------------------------------------------------------------------
+
+
+def test_metadata_hides_what_may_not_be_described(start_admin_broker: Any) -> None:
+    broker = start_admin_broker({**AUTHZ, "auto.create.topics.enable": "true"})
+    topics(broker, "orders", "pay-eu", "payments", "secret")
+    grant(
+        broker,
+        acl(TOPIC, "orders", Op.READ),
+        acl(TOPIC, "pay", Op.DESCRIBE, pattern=PREFIXED),
+        acl(TOPIC, "payments", Op.DESCRIBE, permission=DENY),
+    )
+    for version in (1, 9, 12):
+        every = send(broker, ALICE, ApiKey.METADATA, version, metadata_request(version, None))
+        assert sorted(t.name for t in every.topics) == ["orders", "pay-eu"]
+        assert (
+            send(broker, BOB, ApiKey.METADATA, version, metadata_request(version, None)).topics
+            == ()
+        )
+        flags = {"allow_auto_topic_creation": False} if version >= 4 else {}
+        named = send(
+            broker,
+            ALICE,
+            ApiKey.METADATA,
+            version,
+            metadata_request(version, ["payments", "secret", "orders", "nope"], **flags),
+        )
+        errors = {t.name: t.error_code for t in named.topics}
+        assert errors["orders"] == E.NONE
+        assert errors["payments"] == errors["secret"] == E.TOPIC_AUTHORIZATION_FAILED
+        # Denied before existence is looked at: an unknown name is no different.
+        assert errors["nope"] == E.TOPIC_AUTHORIZATION_FAILED
+        [denied] = [t for t in named.topics if t.name == "payments"]
+        assert denied.partitions == ()
+
+    # Auto-creation: Describe lets Alice see that pay-new is missing, Create is needed.
+    wanted = metadata_request(12, ["pay-new"], allow_auto_topic_creation=True)
+    [refused] = send(broker, ALICE, ApiKey.METADATA, 12, wanted).topics
+    assert refused.error_code == E.TOPIC_AUTHORIZATION_FAILED
+    assert broker.image.topic("pay-new") is None
+    grant(broker, acl(TOPIC, "pay-", Op.CREATE, pattern=PREFIXED))
+    [created] = send(broker, ALICE, ApiKey.METADATA, 12, wanted).topics
+    assert created.error_code == E.LEADER_NOT_AVAILABLE
+    assert broker.image.topic("pay-new") is not None
+
+
+def test_metadata_authorized_operations_are_the_principals(start_admin_broker: Any) -> None:
+    broker = start_admin_broker(AUTHZ)
+    topics(broker, "orders")
+    grant(broker, acl(TOPIC, "orders", Op.READ), acl(TOPIC, "orders", Op.ALTER_CONFIGS))
+    request = metadata_request(
+        12,
+        ["orders"],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=True,
+    )
+    [topic] = send(broker, ALICE, ApiKey.METADATA, 12, request).topics
+    assert topic.topic_authorized_operations == operation_bits(
+        [Op.READ, Op.DESCRIBE, Op.ALTER_CONFIGS, Op.DESCRIBE_CONFIGS]
+    )
+    cluster = schema("describe_cluster", 1).DescribeClusterRequest(
+        include_cluster_authorized_operations=True, endpoint_type=1
+    )
+    assert (
+        send(broker, ALICE, ApiKey.DESCRIBE_CLUSTER, 1, cluster).cluster_authorized_operations == 0
+    )
+    everything = operation_bits(SUPPORTED_OPERATIONS[CLUSTER])
+    assert (
+        send(broker, ADMIN, ApiKey.DESCRIBE_CLUSTER, 1, cluster).cluster_authorized_operations
+        == everything
+    )
+    grant(broker, acl(CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    assert send(
+        broker, ALICE, ApiKey.DESCRIBE_CLUSTER, 1, cluster
+    ).cluster_authorized_operations == operation_bits([Op.DESCRIBE])
+
+
+# -- Groups ----------------------------------------------------------------------------
+
+
+def test_group_apis_check_the_group_and_the_topics(
+    start_admin_broker: Any, clock: FakeClock
+) -> None:
+    async def scenario() -> None:
+        # The group harness readies the coordinator as User:ANONYMOUS.
+        with_harness = {**AUTHZ, "super.users": "User:admin;User:ANONYMOUS"}
+        async with running(start_admin_broker, with_harness) as broker:
+            topics(broker, "secret")
+            grant(broker, acl(GROUP, "billing", Op.READ), acl(TOPIC, "orders", Op.READ))
+
+            find = find_request(4, ["billing"])
+            [bob_find] = (await as_user(broker, BOB, ApiKey.FIND_COORDINATOR, 4, find)).coordinators
+            assert (bob_find.error_code, bob_find.node_id) == (E.GROUP_AUTHORIZATION_FAILED, -1)
+            [found] = (await as_user(broker, ALICE, ApiKey.FIND_COORDINATOR, 4, find)).coordinators
+            assert found.error_code == E.NONE
+
+            joined = await as_user(broker, BOB, ApiKey.JOIN_GROUP, 9, join_request(9, "billing"))
+            assert joined.error_code == E.GROUP_AUTHORIZATION_FAILED
+
+            offsets = {("orders", 0): 5, ("secret", 0): 7}
+            committed = await as_user(
+                broker, ALICE, ApiKey.OFFSET_COMMIT, 8, commit_request(8, "billing", offsets)
+            )
+            assert {t.name: t.partitions[0].error_code for t in committed.topics} == {
+                "orders": E.NONE,
+                "secret": E.TOPIC_AUTHORIZATION_FAILED,
+            }
+            by_bob = await as_user(
+                broker, BOB, ApiKey.OFFSET_COMMIT, 8, commit_request(8, "billing", offsets)
+            )
+            assert {p.error_code for t in by_bob.topics for p in t.partitions} == {
+                E.GROUP_AUTHORIZATION_FAILED
+            }
+            # The admin commits for another group and for the secret topic too.
+            await as_user(
+                broker, ADMIN, ApiKey.OFFSET_COMMIT, 8, commit_request(8, "billing", offsets)
+            )
+            await as_user(
+                broker, ADMIN, ApiKey.OFFSET_COMMIT, 8, commit_request(8, "other", offsets)
+            )
+
+            module = schema("offset_fetch", 7)
+            every = module.OffsetFetchRequest(group_id="billing", topics=None)
+            fetched = await as_user(broker, ALICE, ApiKey.OFFSET_FETCH, 7, every)
+            assert [t.name for t in fetched.topics] == ["orders"]
+            named = module.OffsetFetchRequest(
+                group_id="billing",
+                topics=(module.OffsetFetchRequestTopic(name="secret", partition_indexes=(0,)),),
+            )
+            [secret] = (await as_user(broker, ALICE, ApiKey.OFFSET_FETCH, 7, named)).topics
+            assert secret.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+            bobs = await as_user(broker, BOB, ApiKey.OFFSET_FETCH, 7, every)
+            assert bobs.error_code == E.GROUP_AUTHORIZATION_FAILED
+
+            listing = schema("list_groups", 4).ListGroupsRequest(states_filter=())
+            listed = await as_user(broker, ALICE, ApiKey.LIST_GROUPS, 4, listing)
+            assert [g.group_id for g in listed.groups] == ["billing"]
+            everyone = await as_user(broker, ADMIN, ApiKey.LIST_GROUPS, 4, listing)
+            assert sorted(g.group_id for g in everyone.groups) == ["billing", "other"]
+
+            describe = schema("describe_groups", 5).DescribeGroupsRequest(
+                groups=("billing", "other"), include_authorized_operations=True
+            )
+            mine, theirs = (
+                await as_user(broker, ALICE, ApiKey.DESCRIBE_GROUPS, 5, describe)
+            ).groups
+            assert mine.error_code == E.NONE
+            assert mine.authorized_operations == operation_bits([Op.READ, Op.DESCRIBE])
+            assert theirs.error_code == E.GROUP_AUTHORIZATION_FAILED
+
+            delete = schema("delete_groups", 2).DeleteGroupsRequest(groups_names=("billing",))
+            [result] = (await as_user(broker, ALICE, ApiKey.DELETE_GROUPS, 2, delete)).results
+            assert result.error_code == E.GROUP_AUTHORIZATION_FAILED
+
+    asyncio.run(scenario())
+
+
+# -- Topic and config administration ---------------------------------------------------
+
+
+def test_topic_and_config_administration(start_admin_broker: Any) -> None:
+    broker = start_admin_broker(AUTHZ)
+    topics(broker, "orders")
+    grant(
+        broker,
+        acl(TOPIC, "team-", Op.CREATE, pattern=PREFIXED),
+        acl(TOPIC, "orders", Op.DESCRIBE_CONFIGS),
+    )
+    wanted = create_topics_request(7, [{"name": "team-a", "partitions": 1}, {"name": "ops"}])
+    created = send(broker, ALICE, ApiKey.CREATE_TOPICS, 7, wanted).topics
+    assert [(t.name, t.error_code) for t in created] == [
+        ("team-a", E.NONE),
+        ("ops", E.TOPIC_AUTHORIZATION_FAILED),
+    ]
+    assert broker.image.topic("ops") is None
+
+    delete = schema("delete_topics", 6).DeleteTopicsRequest(
+        topics=(schema("delete_topics", 6).DeleteTopicState(name="team-a", topic_id=None),),
+        timeout=timeout(),
+    )
+    [refused] = send(broker, ALICE, ApiKey.DELETE_TOPICS, 6, delete).responses
+    assert refused.error_code == E.TOPIC_AUTHORIZATION_FAILED
+    assert broker.image.topic("team-a") is not None
+
+    module = schema("create_partitions", 3)
+    more = module.CreatePartitionsRequest(
+        topics=(module.CreatePartitionsTopic(name="orders", count=3, assignments=None),),
+        timeout=timeout(),
+        validate_only=False,
+    )
+    [grown] = send(broker, ALICE, ApiKey.CREATE_PARTITIONS, 3, more).results
+    assert grown.error_code == E.TOPIC_AUTHORIZATION_FAILED
+    assert len(broker.image.topic("orders").partitions) == 1  # type: ignore[union-attr]
+
+    module = schema("describe_configs", 4)
+    resources = (
+        module.DescribeConfigsResource(
+            resource_type=2, resource_name="orders", configuration_keys=None
+        ),
+        module.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None),
+    )
+    request = module.DescribeConfigsRequest(
+        resources=resources, include_synonyms=False, include_documentation=False
+    )
+    topic, cluster = send(broker, ALICE, ApiKey.DESCRIBE_CONFIGS, 4, request).results
+    assert topic.error_code == E.NONE and topic.configs
+    assert (cluster.error_code, cluster.configs) == (E.CLUSTER_AUTHORIZATION_FAILED, ())
+    topic, cluster = send(broker, BOB, ApiKey.DESCRIBE_CONFIGS, 4, request).results
+    assert (topic.error_code, topic.configs) == (E.TOPIC_AUTHORIZATION_FAILED, ())
+
+    module = schema("incremental_alter_configs", 1)
+    change = module.AlterableConfig(name="retention.ms", config_operation=0, value="1000")
+    alter = module.IncrementalAlterConfigsRequest(
+        resources=(
+            module.AlterConfigsResource(resource_type=2, resource_name="orders", configs=(change,)),
+        ),
+        validate_only=False,
+    )
+    [altered] = send(broker, ALICE, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter).responses
+    assert altered.error_code == E.TOPIC_AUTHORIZATION_FAILED
+    [altered] = send(broker, ADMIN, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter).responses
+    assert altered.error_code == E.NONE
+
+
+def test_acl_apis_need_describe_and_alter_on_the_cluster(start_admin_broker: Any) -> None:
+    broker = start_admin_broker(AUTHZ)
+    module = schema("describe_acls", 3)
+    everything = module.DescribeAclsRequest(
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
+    assert send(broker, ALICE, ApiKey.DESCRIBE_ACLS, 3, everything).error_code == (
+        E.CLUSTER_AUTHORIZATION_FAILED
+    )
+    creation = schema("create_acls", 3).AclCreation(
+        resource_type=2,
+        resource_name="orders",
+        resource_pattern_type=3,
+        principal="User:alice",
+        host="*",
+        operation=int(Op.ALL),
+        permission_type=int(ALLOW),
+    )
+    request = schema("create_acls", 3).CreateAclsRequest(creations=(creation,))
+    [result] = send(broker, ALICE, ApiKey.CREATE_ACLS, 3, request).results
+    assert result.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert dict(broker.image.acls) == {}
+    grant(broker, acl(CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    assert send(broker, ALICE, ApiKey.DESCRIBE_ACLS, 3, everything).error_code == E.NONE
+
+
+# -- Producer ids and transactions -----------------------------------------------------
+
+
+def init_producer_id(transactional_id: str | None) -> Any:
+    return schema("init_producer_id", 4).InitProducerIdRequest(
+        transactional_id=transactional_id,
+        transaction_timeout=timeout(),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+
+
+def test_init_producer_id_needs_idempotent_write_or_write_on_some_topic(
+    start_admin_broker: Any,
+) -> None:
+    broker = start_admin_broker(AUTHZ)
+    ask = init_producer_id(None)
+    assert send(broker, ALICE, ApiKey.INIT_PRODUCER_ID, 4, ask).error_code == (
+        E.CLUSTER_AUTHORIZATION_FAILED
+    )
+    # KIP-679: Write on any topic is enough, here through a prefix nothing denies.
+    grant(broker, acl(TOPIC, "events-", Op.WRITE, pattern=PREFIXED))
+    answer = send(broker, ALICE, ApiKey.INIT_PRODUCER_ID, 4, ask)
+    assert answer.error_code == E.NONE and answer.producer_id >= 0
+    # Bob has IdempotentWrite on the cluster instead.
+    grant(broker, acl(CLUSTER, "kafka-cluster", Op.IDEMPOTENT_WRITE, principal="User:bob"))
+    assert send(broker, BOB, ApiKey.INIT_PRODUCER_ID, 4, ask).error_code == E.NONE
+    transactional = init_producer_id("tx-1")
+    assert send(broker, ALICE, ApiKey.INIT_PRODUCER_ID, 4, transactional).error_code == (
+        E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
+
+
+# -- Reference model -------------------------------------------------------------------
+
+NAMES = ["a", "ab", "abc", "b", "ba"]
+PRINCIPALS = ["User:alice", "User:bob", "User:*"]
+
+
+def reference_allows(
+    acls: list[AclBinding], principal: str, operation: AclOperation, name: str, everyone: bool
+) -> bool:
+    """Kafka's decision for a topic, written straight from the rules (no index)."""
+
+    def matches(a: AclBinding) -> bool:
+        if a.pattern_type == PREFIXED:
+            return name.startswith(a.resource_name)
+        return a.resource_name in (name, "*")
+
+    on_resource = [a for a in acls if a.resource_type == TOPIC and matches(a)]
+    mine = [a for a in on_resource if a.principal in (principal, "User:*")]
+    if any(a.permission == DENY and a.operation in (operation, Op.ALL) for a in mine):
+        return False
+    implied = {Op.READ, Op.WRITE, Op.DELETE, Op.ALTER} if operation == Op.DESCRIBE else set()
+    if any(a.permission == ALLOW and a.operation in {operation, Op.ALL, *implied} for a in mine):
+        return True
+    return not on_resource and everyone
+
+
+acl_strategy = st.builds(
+    lambda name, op, principal, permission, pattern: AclBinding(
+        TOPIC, name, pattern, principal, "*", op, permission
+    ),
+    st.sampled_from([*NAMES, "*"]),
+    st.sampled_from([Op.READ, Op.WRITE, Op.DESCRIBE, Op.ALL, Op.CREATE]),
+    st.sampled_from(PRINCIPALS),
+    st.sampled_from([ALLOW, DENY]),
+    st.sampled_from([LITERAL, PREFIXED]),
+).filter(lambda a: not (a.pattern_type == PREFIXED and a.resource_name == "*"))
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    acls=st.lists(acl_strategy, max_size=6),
+    everyone=st.booleans(),
+    principal=st.sampled_from(["User:alice", "User:bob"]),
+    named=st.lists(st.sampled_from([*NAMES, "zz"]), min_size=1, max_size=4, unique=True),
+)
+def test_handlers_answer_as_the_reference_model(
+    start_admin_broker: Any,
+    acls: list[AclBinding],
+    everyone: bool,
+    principal: str,
+    named: list[str],
+) -> None:
+    broker = _model_broker(start_admin_broker)
+    broker.authorizer = Authorizer(acls, allow_everyone_if_no_acl_found=everyone)
+    who = KafkaPrincipal.user(principal.split(":", 1)[1])
+
+    def allowed(op: AclOperation, name: str) -> bool:
+        return reference_allows(acls, principal, op, name, everyone)
+
+    every = send(broker, who, ApiKey.METADATA, 12, metadata_request(12, None))
+    assert sorted(t.name for t in every.topics) == [n for n in NAMES if allowed(Op.DESCRIBE, n)]
+
+    request = metadata_request(12, named, allow_auto_topic_creation=False)
+    answered = {
+        t.name: t.error_code for t in send(broker, who, ApiKey.METADATA, 12, request).topics
+    }
+    assert answered == {
+        n: (
+            E.TOPIC_AUTHORIZATION_FAILED
+            if not allowed(Op.DESCRIBE, n)
+            else E.NONE
+            if n in NAMES
+            else E.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        for n in named
+    }
+
+    produced = send(
+        broker, who, ApiKey.PRODUCE, 9, produce_request(9, {n: {0: make_batch()} for n in named})
+    )
+    assert produce_errors(produced) == {
+        n: (
+            E.TOPIC_AUTHORIZATION_FAILED
+            if not allowed(Op.WRITE, n)
+            else E.NONE
+            if n in NAMES
+            else E.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        for n in named
+    }
+
+
+_MODEL_BROKERS: dict[int, Broker] = {}
+
+
+def _model_broker(start_admin_broker: Any) -> Broker:
+    """One broker with the topics of NAMES per test (hypothesis runs many examples in one
+    test; each example sets its own authorizer)."""
+    key = id(start_admin_broker)
+    if key not in _MODEL_BROKERS:
+        _MODEL_BROKERS.clear()
+        broker = start_admin_broker(AUTHZ)
+        topics(broker, *NAMES)
+        _MODEL_BROKERS[key] = broker
+    return _MODEL_BROKERS[key]
