@@ -41,12 +41,10 @@ soaks. A failure prints the one-line command that replays it.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import heapq
 import random
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -57,6 +55,7 @@ from tidelog.metadata.raft.node import Effects, RaftNode, Role
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.testing.raft_mutants import MUTANTS
 from tidelog.testing.sim_disk import SimQuorumStateStore, SimRaftLog
+from tidelog.testing.soak import run_seeds, seeds_of, soak_parser
 
 NodeFactory = Callable[..., RaftNode]
 
@@ -514,21 +513,16 @@ def run_seed(options: SimOptions, config: RaftConfig | None = None) -> SimResult
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m tidelog.testing.raft_sim",
-        description="Deterministic simulation of the metadata quorum, checked after every event.",
+    parser = soak_parser(
+        "python -m tidelog.testing.raft_sim",
+        "Deterministic simulation of the metadata quorum, checked after every event.",
+        fault_ms=SimOptions.fault_ms,
+        mutants=MUTANTS,
     )
-    parser.add_argument("--seed", type=int, help="run this one seed")
-    parser.add_argument("--seeds", type=int, help="run this many seeds (a soak)")
-    parser.add_argument("--start", type=int, default=0, help="first seed of a soak")
     parser.add_argument("--voters", type=int, help="voters (1-5); by default from the seed")
     parser.add_argument("--observers", type=int, help="observers; by default from the seed")
-    parser.add_argument("--fault-ms", type=int, default=SimOptions.fault_ms)
-    parser.add_argument("--mutant", choices=sorted(MUTANTS), help="break one rule on purpose")
-    parser.add_argument("--progress", type=int, default=1000, help="print progress every N seeds")
     args = parser.parse_args(argv)
-    if (args.seed is None) == (args.seeds is None):
-        parser.error("give exactly one of --seed and --seeds")
+    seeds = seeds_of(parser, args)
     if args.voters is not None and not 1 <= args.voters <= 5:
         parser.error("--voters must be between 1 and 5")
 
@@ -542,38 +536,17 @@ def _main(argv: list[str] | None = None) -> int:
             fault_ms=args.fault_ms,
         )
 
-    seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
-    started = time.monotonic()
-    failures = 0
-    events = committed = 0
-    for count, seed in enumerate(seeds, 1):
-        result = run_seed(options_for(seed))
-        events += result.events
-        committed += result.committed
-        if result.failure is not None:
-            failures += 1
-            print(f"FAIL seed {seed}: {result.failure}")
-            print(f"  replay: {result.options.replay_command()}")
-        elif args.seed is not None:
-            print(
-                f"ok seed {seed}: {result.events} events, {result.proposals} proposals, "
-                f"{result.committed} committed records, {result.elections} epochs with a leader, "
-                f"{result.snapshots} snapshots, "
-                f"{result.end_ms} ms simulated"
-            )
-        if args.seeds is not None and count % args.progress == 0:
-            elapsed = time.monotonic() - started
-            print(
-                f"{count} seeds, {failures} failed, {elapsed:.0f} s ({count / elapsed:.1f}/s)",
-                flush=True,
-            )
-    elapsed = time.monotonic() - started
-    total = len(seeds)
-    print(
-        f"summary: {total} seeds, {failures} failed, {events} events, {committed} committed "
-        f"records, {elapsed:.1f} s ({total / max(elapsed, 1e-9):.1f} seeds/s)"
+    return run_seeds(
+        seeds,
+        lambda seed: run_seed(options_for(seed)),
+        describe=lambda result: (
+            f"{result.events} events, {result.proposals} proposals, "
+            f"{result.committed} committed records, {result.elections} epochs with a leader, "
+            f"{result.snapshots} snapshots, {result.end_ms} ms simulated"
+        ),
+        tally=("committed records", lambda result: result.committed),
+        progress=args.progress,
     )
-    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,26 @@
-"""A simulated disk for one Raft node: what was not flushed is gone after a crash.
+"""Simulated disks: what was not flushed is gone after a crash.
 
-Snapshots and truncations are durable when they return, as an fsynced rename is.
+:class:`SimRaftLog` and :class:`SimQuorumStateStore` for one Raft node (snapshots and
+truncations are durable when they return, as an fsynced rename is), :class:`SimReplicaLog`
+for one partition replica of the replication simulation.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tidelog.metadata.raft.messages import Entry, OffsetAndEpoch
 from tidelog.metadata.raft.store import QuorumState
+from tidelog.records.batch import (
+    BatchHeader,
+    iter_batches,
+    parse_header,
+    set_base_offset,
+    set_partition_leader_epoch,
+)
+from tidelog.replication.log import ReplicaLog
+from tidelog.storage.log import Log
 
 # Bytes a record batch header adds to an entry's records, so that max_bytes limits behave
 # roughly as they would on a real log.
@@ -171,3 +182,183 @@ class SimQuorumStateStore:
 
     def crash(self) -> None:
         self._written = self._durable
+
+
+class _EpochStarts:
+    """The leader-epoch cache of :class:`SimReplicaLog` (the rules of
+    :class:`tidelog.storage.epoch.LeaderEpochCache`, durable at once as its checkpoint is)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, int]] = []  # (epoch, start offset), both increasing
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else -1
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
+            return False
+        while self.entries and self.entries[-1][1] >= start_offset:
+            self.entries.pop()
+        self.entries.append((epoch, start_offset))
+        return True
+
+    def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
+        if requested < 0 or not self.entries:
+            return -1, -1
+        if requested == self.entries[-1][0]:
+            return requested, log_end_offset
+        higher = bisect.bisect_right([e for e, _ in self.entries], requested)
+        if higher == len(self.entries):
+            return -1, -1
+        if higher == 0:
+            return requested, self.entries[0][1]
+        return self.entries[higher - 1][0], self.entries[higher][1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        while self.entries and self.entries[-1][1] >= end_offset:
+            self.entries.pop()
+
+
+class SimReplicaLog:
+    """A partition log in memory that honours
+    :class:`~tidelog.replication.log.ReplicaLog`: record batches in Kafka's format, whole-batch
+    truncation, a leader-epoch cache, and a crash that loses whatever was not fsynced.
+
+    The high watermark is checkpointed (as ``replication-offset-checkpoint`` would be) on
+    every flush, so after a crash a replica starts from a stale one. ``on_append`` is called
+    with ``(base offset, leader epoch, batch)`` for every batch written, so a checker can
+    compare replicas as they write.
+    """
+
+    def __init__(self) -> None:
+        self._batches: list[tuple[int, int, int, bytes]] = []  # (base, next, epoch, batch)
+        self._bases: list[int] = []
+        self._end = 0
+        self._flushed = 0
+        self._hw = 0
+        self._hw_checkpoint = 0
+        self.epoch_cache = _EpochStarts()
+        self.on_append: Callable[[int, int, bytes], None] | None = None
+
+    @property
+    def log_start_offset(self) -> int:
+        return 0
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def recovery_point(self) -> int:
+        return self._flushed
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    def update_high_watermark(self, offset: int) -> int:
+        self._hw = min(max(offset, 0), self._end)
+        return self._hw
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epoch_cache.end_offset_for(epoch, self._end)
+
+    def batches(self) -> list[tuple[int, int, int, bytes]]:
+        """``(base offset, next offset, leader epoch, batch)`` of every batch held."""
+        return list(self._batches)
+
+    def batch_at(self, offset: int) -> tuple[int, int, int, bytes] | None:
+        """The batch holding ``offset``, if any."""
+        index = bisect.bisect_right(self._bases, offset) - 1
+        if index < 0:
+            return None
+        batch = self._batches[index]
+        return batch if offset < batch[1] else None
+
+    def _store(
+        self, position: int, header: BatchHeader, buf: bytes | bytearray | memoryview
+    ) -> None:
+        batch = bytes(buf[position : position + header.size])
+        base, epoch = header.base_offset, header.partition_leader_epoch
+        self._batches.append((base, header.next_offset, epoch, batch))
+        self._bases.append(base)
+        self._end = header.next_offset
+        if self.on_append is not None:
+            self.on_append(base, epoch, batch)
+
+    def append(
+        self,
+        batches: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = -1,
+        durable: bool = False,
+    ) -> object:
+        buf = bytearray(batches)
+        first = self._end
+        for position, _header in list(iter_batches(buf, verify_crc=False)):
+            set_base_offset(buf, position, self._end)
+            set_partition_leader_epoch(buf, position, leader_epoch)
+            self._store(position, parse_header(buf, position), buf)
+        self.epoch_cache.assign(leader_epoch, first)
+        if durable:
+            self.flush()
+        return first
+
+    def append_as_follower(
+        self, batches: bytes | bytearray | memoryview, *, durable: bool = False
+    ) -> object:
+        first = self._end
+        for position, header in iter_batches(batches, verify_crc=False):
+            assert header.base_offset >= self._end, (header.base_offset, self._end)
+            if header.partition_leader_epoch > self.epoch_cache.latest_epoch:
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self._store(position, header, batches)
+        if durable:
+            self.flush()
+        return first
+
+    def truncate_to(self, offset: int) -> bool:
+        if offset >= self._end:
+            return False
+        # A batch is kept only when every offset it holds is below ``offset``.
+        keep = bisect.bisect_right([nxt for _, nxt, _, _ in self._batches], offset)
+        del self._batches[keep:]
+        del self._bases[keep:]
+        self._end = self._batches[-1][1] if self._batches else 0
+        self._flushed = min(self._flushed, self._end)
+        self._hw = min(self._hw, self._end)
+        self.epoch_cache.truncate_from_end(self._end)
+        return True
+
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
+        index = bisect.bisect_right(self._bases, offset) - 1
+        if index < 0 or offset >= self._end:
+            return b""
+        out: list[bytes] = []
+        size = 0
+        for _, _, _, batch in self._batches[index:]:
+            if out and size + len(batch) > max_bytes:
+                break
+            out.append(batch)
+            size += len(batch)
+        return b"".join(out)
+
+    def flush(self) -> None:
+        self._flushed = self._end
+        self._hw_checkpoint = self._hw
+
+    def crash(self) -> None:
+        """Lose what was not fsynced; the high watermark is the last checkpointed one."""
+        self.truncate_to(self._flushed)
+        self._hw = min(self._hw_checkpoint, self._end)
+
+
+def as_replica_log(log: Log | SimReplicaLog) -> ReplicaLog:
+    """Both the real partition log and the model are replica logs (mypy checks this line),
+    so the differential test and the simulation drive the same protocol."""
+    return log
