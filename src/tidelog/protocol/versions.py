@@ -99,6 +99,9 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.DESCRIBE_ACLS,                  1, 3),
     _serve(ApiKey.CREATE_ACLS,                    1, 3),
     _serve(ApiKey.DELETE_ACLS,                    1, 3),
+    _serve(ApiKey.ELECT_LEADERS,                  0, 2),
+    _serve(ApiKey.ALTER_PARTITION_REASSIGNMENTS,  0, 1),
+    _serve(ApiKey.LIST_PARTITION_REASSIGNMENTS,   0, 0),
 )
 # fmt: on
 
@@ -123,6 +126,8 @@ _MEMBERSHIP_TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.UNREGISTER_BROKER,              0, 0),
     # A broker's block of producer ids, from the active controller.
     _serve(ApiKey.ALLOCATE_PRODUCER_IDS,          0, 0),
+    # A partition leader's ISR changes; Kafka 4 dropped v0-1 (topic names, KIP-896).
+    _serve(ApiKey.ALTER_PARTITION,                2, 3),
 )
 # fmt: on
 

@@ -40,6 +40,12 @@
 //                   An acl is {resource_type, name, pattern, principal, host, operation,
 //                   permission} with Java's enum names (TOPIC, PREFIXED, READ, ALLOW); a
 //                   filter the same, with ANY/MATCH values and null for any name.
+//   elect-leaders   {type: "preferred"|"unclean", partitions: ["topic-P", ...] | null}
+//                   -> {"topic-P": null | error class}  (admin electLeaders; null: all)
+//   reassignments   {alter?: {"topic-P": [broker ids] | null}, list?: ["topic-P"] | "all"}
+//                   -> {"altered": {"topic-P": null | error class}, "listed": {"topic-P":
+//                   {"replicas", "adding", "removing"}}}  (admin alterPartitionReassignments,
+//                   null cancels; listPartitionReassignments)
 //   describe-quorum {} -> {"leader", "epoch", "high_watermark", "voters": [ids]}
 //                   (admin describeMetadataQuorum, through the bootstrap broker)
 //   offsets-for-times {topic, timestamps: {"P": ts}} -> {"P": {"offset","timestamp"}|null}
@@ -90,7 +96,9 @@ import org.apache.kafka.clients.admin.DeleteAclsResult;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.PartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.QuorumInfo;
@@ -108,6 +116,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
@@ -217,6 +226,8 @@ public final class InteropClient {
                 case "transactions": result = transactions(admin, o); break;
                 case "acls": result = acls(admin, o); break;
                 case "describe-quorum": result = describeQuorum(admin); break;
+                case "elect-leaders": result = electLeaders(admin, o); break;
+                case "reassignments": result = reassignments(admin, o); break;
                 default: throw new IllegalArgumentException("unknown command " + command);
             }
             return List.of(result);
@@ -583,6 +594,74 @@ public final class InteropClient {
         List<Object> voters = new ArrayList<>();
         for (QuorumInfo.ReplicaState voter : quorum.voters()) voters.add(voter.replicaId());
         out.put("voters", voters);
+        return out;
+    }
+
+    private static TopicPartition topicPartition(Object text) {
+        String name = String.valueOf(text);
+        int dash = name.lastIndexOf('-');
+        return new TopicPartition(name.substring(0, dash), Integer.parseInt(name.substring(dash + 1)));
+    }
+
+    private static Object electLeaders(Admin admin, Map<String, Object> o) throws Exception {
+        ElectionType type = "unclean".equals(o.get("type")) ? ElectionType.UNCLEAN : ElectionType.PREFERRED;
+        java.util.Set<TopicPartition> partitions = null;
+        if (o.get("partitions") != null) {
+            partitions = new java.util.LinkedHashSet<>();
+            for (Object tp : (List<?>) o.get("partitions")) partitions.add(topicPartition(tp));
+        }
+        Map<String, Object> out = new TreeMap<>();
+        for (Map.Entry<TopicPartition, java.util.Optional<Throwable>> e
+                : admin.electLeaders(type, partitions).partitions().get().entrySet()) {
+            out.put(e.getKey().toString(), e.getValue().map(t -> t.getClass().getSimpleName()).orElse(null));
+        }
+        return out;
+    }
+
+    private static Object reassignments(Admin admin, Map<String, Object> o) throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        if (o.get("alter") != null) {
+            Map<TopicPartition, java.util.Optional<NewPartitionReassignment>> wanted = new LinkedHashMap<>();
+            for (Map.Entry<String, Object> e : asMap(o.get("alter")).entrySet()) {
+                java.util.Optional<NewPartitionReassignment> target = java.util.Optional.empty();
+                if (e.getValue() != null) {
+                    List<Integer> replicas = new ArrayList<>();
+                    for (Object b : (List<?>) e.getValue()) replicas.add(((Number) b).intValue());
+                    target = java.util.Optional.of(new NewPartitionReassignment(replicas));
+                }
+                wanted.put(topicPartition(e.getKey()), target);
+            }
+            Map<String, Object> altered = new TreeMap<>();
+            for (Map.Entry<TopicPartition, KafkaFuture<Void>> e
+                    : admin.alterPartitionReassignments(wanted).values().entrySet()) {
+                try {
+                    e.getValue().get();
+                    altered.put(e.getKey().toString(), null);
+                } catch (ExecutionException err) {
+                    altered.put(e.getKey().toString(), err.getCause().getClass().getSimpleName());
+                }
+            }
+            out.put("altered", altered);
+        }
+        if (o.get("list") != null) {
+            Map<TopicPartition, PartitionReassignment> found;
+            if ("all".equals(o.get("list"))) {
+                found = admin.listPartitionReassignments().reassignments().get();
+            } else {
+                java.util.Set<TopicPartition> partitions = new java.util.LinkedHashSet<>();
+                for (Object tp : (List<?>) o.get("list")) partitions.add(topicPartition(tp));
+                found = admin.listPartitionReassignments(partitions).reassignments().get();
+            }
+            Map<String, Object> listed = new TreeMap<>();
+            for (Map.Entry<TopicPartition, PartitionReassignment> e : found.entrySet()) {
+                Map<String, Object> one = new LinkedHashMap<>();
+                one.put("replicas", new ArrayList<Object>(e.getValue().replicas()));
+                one.put("adding", new ArrayList<Object>(e.getValue().addingReplicas()));
+                one.put("removing", new ArrayList<Object>(e.getValue().removingReplicas()));
+                listed.put(e.getKey().toString(), one);
+            }
+            out.put("listed", listed);
+        }
         return out;
     }
 

@@ -45,6 +45,11 @@ TRANSACTION_APIS = {
     ApiKey.TXN_OFFSET_COMMIT, ApiKey.WRITE_TXN_MARKERS, ApiKey.DESCRIBE_TRANSACTIONS,
     ApiKey.LIST_TRANSACTIONS,
 }  # fmt: skip
+# Leader elections and partition reassignment (KIP-460, KIP-455), decided by the controller.
+REPLICATION_APIS = {
+    ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS,
+}  # fmt: skip
 # kio's newest version of these is transactions v2 (KIP-890 part 2), which is not served:
 # a client that sees it advertised would rely on the server adding partitions implicitly.
 SERVED_BELOW_KIO = {
@@ -55,7 +60,10 @@ SERVED_BELOW_KIO = {
 
 
 def test_table_lists_exactly_the_first_release_apis() -> None:
-    assert set(SUPPORTED_VERSIONS) == FIRST_RELEASE_APIS | TRANSACTION_APIS | SECURITY_APIS
+    assert (
+        set(SUPPORTED_VERSIONS)
+        == FIRST_RELEASE_APIS | TRANSACTION_APIS | SECURITY_APIS | REPLICATION_APIS
+    )
 
 
 def test_every_accepted_version_has_kio_schemas() -> None:
