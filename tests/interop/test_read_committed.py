@@ -386,3 +386,41 @@ def test_java_client_read_committed_skips_the_aborted_transaction(
     end_transaction(broker, topic, C, commit=True)
     everything = java.consume(topic, max_records=len(COMMITTED_ALL), **options)
     assert [got.value for got in everything] == COMMITTED_ALL
+
+
+@pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
+def test_tidelog_client_drops_the_aborted_transaction_only_when_read_committed(
+    broker: BrokerProcess, topic: str, level: str
+) -> None:
+    """The Tidelog consumer: read_committed stops at the LSO without the aborted records and
+    follows the commit; read_uncommitted gets every record up to the high watermark."""
+    import time
+
+    from tidelog.client import Consumer as TidelogConsumer
+    from tidelog.client import TopicPartition as TidelogTopicPartition
+
+    tp = TidelogTopicPartition(topic, 0)
+    consumer = TidelogConsumer({"bootstrap.servers": broker.bootstrap, "isolation.level": level})
+    got: list[bytes | None] = []
+
+    def read_until(end: int, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end:
+            assert time.monotonic() < deadline, f"the Tidelog consumer never {what}"
+            got.extend(record.value for record in consumer.poll(0.5))
+
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        if level == "read_uncommitted":
+            read_until(HIGH_WATERMARK, "reached the high watermark")
+            assert got == EVERYTHING
+            return
+        read_until(LSO, "reached the LSO")
+        assert consumer.position(tp) == LSO
+        assert got == COMMITTED_PREFIX
+        end_transaction(broker, topic, C, commit=True)
+        read_until(END_AFTER_COMMIT, "read past the commit")
+        assert got == COMMITTED_ALL
+    finally:
+        consumer.close()

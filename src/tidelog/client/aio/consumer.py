@@ -13,7 +13,8 @@ Fetching. One Fetch per partition leader (no fetch session: session id 0, epoch 
 decoded one batch at a time: each batch is validated (CRC when ``check.crcs``), decoded whole,
 and only records at or after the position it was fetched from are kept (an answer for a
 partition whose position moved meanwhile is dropped). Control batches advance the position
-without yielding records. A last batch cut short by the fetch size is left for the next fetch.
+without yielding records, and so, with ``isolation.level=read_committed``, do the batches of
+the aborted transactions the answer lists (:mod:`tidelog.client.aborted`). A last batch cut short by the fetch size is left for the next fetch.
 Fetch v13+ names topics by id; without an id for a topic the request is sent as v12. A fetch
 runs as its own task: :meth:`AIOConsumer.wakeup` ends the waiting poll with
 :class:`~tidelog.client.membership.WakeupError` without abandoning the fetch, whose records the
@@ -52,6 +53,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
+from tidelog.client.aborted import AbortedTransactions
 from tidelog.client.assignors import COOPERATIVE, assignors_for, rebalance_protocol
 from tidelog.client.cluster import STALE_METADATA_CODES, ClusterClient
 from tidelog.client.config import parse_config
@@ -723,11 +725,25 @@ class AIOConsumer:
                         continue
                     raise broker_error(code, context=str(tp))
                 if p.records:
-                    self._take(tp, position, p.records)
+                    aborted = None
+                    if self._isolation:
+                        aborted = AbortedTransactions(
+                            (int(a.producer_id), int(a.first_offset))
+                            for a in getattr(p, "aborted_transactions", None) or ()
+                        )
+                    self._take(tp, position, p.records, aborted)
         if stale:
             await self.cluster.refresh({tp.topic for tp in tps})
 
-    def _take(self, tp: TopicPartition, position: int, data: bytes) -> None:
+    def _take(
+        self,
+        tp: TopicPartition,
+        position: int,
+        data: bytes,
+        aborted: AbortedTransactions | None = None,
+    ) -> None:
+        """Buffer the records of ``data`` from ``position`` on; with ``aborted``
+        (read_committed) without those of aborted transactions."""
         topic, partition = tp
         out: list[ConsumerRecord] = []
         # Decoding makes a tuple per record: with the collector running, a young-generation
@@ -739,9 +755,11 @@ class AIOConsumer:
             gc.disable()
         try:
             for pos, header in iter_batches(data, verify_crc=self._check_crcs):
+                # Asked of every batch, in order: it follows the aborted transactions' ends.
+                skipped = header.is_control if aborted is None else aborted.skips(data, pos, header)
                 if header.last_offset < position:
                     continue
-                if not header.is_control:
+                if not skipped:
                     records = decode_rows(
                         data, pos, ConsumerRecord, topic, partition, header=header
                     )
