@@ -46,6 +46,7 @@ from tidelog.metadata.controller import Controller, NotControllerError
 from tidelog.metadata.errors import ConfigError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
+from tidelog.metadata.meta_properties import directory_uuids
 from tidelog.metadata.node import MetadataNode, build_metadata_node
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, VersionRange, restrict
 from tidelog.protocol.versions import CONTROLLER_VERSIONS
@@ -221,6 +222,11 @@ class BrokerApp:
                 driver.on_commit_latency = self.metrics.observe_commit
                 driver.on_election = self.metrics.observe_election
             quorum = self.quorum = QuorumNode(node, driver)
+            dir_ids = directory_uuids(config.log_dirs)
+            # Heartbeats tell the controller which log dirs failed (KIP-858's OfflineLogDirs).
+            quorum.offline_log_dirs = lambda: tuple(
+                dir_ids[d] for d in list(logs.offline_dirs) if d in dir_ids
+            )
             await quorum.start()
         # The group coordinator loads __consumer_offsets in the background; until a
         # partition is loaded its groups get COORDINATOR_LOAD_IN_PROGRESS.

@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -111,6 +112,9 @@ class QuorumNode:
         self._snapshot_due = False
         self.broker_epoch = -1
         self.fenced = True
+        #: The directory ids of this node's log dirs that went offline after an I/O error
+        #: (the broker app sets it); every heartbeat carries them to the controller.
+        self.offline_log_dirs: Callable[[], tuple[uuid.UUID, ...]] = lambda: ()
 
     @property
     def driver(self) -> RaftDriver:
@@ -509,7 +513,10 @@ class QuorumNode:
         if self.broker_epoch < 0:
             return
         request = HeartbeatRequest(
-            self._config.node_id, self.broker_epoch, self._loader.image.offset
+            self._config.node_id,
+            self.broker_epoch,
+            self._loader.image.offset,
+            offline_log_dirs=self.offline_log_dirs(),
         )
         if self._controller.is_active():
             try:
@@ -518,16 +525,25 @@ class QuorumNode:
                 return
             code, fenced = reply.error.code, reply.is_fenced
         else:
-            values = {
+            values: dict[str, Any] = {
                 "broker_id": request.broker_id,
                 "broker_epoch": request.broker_epoch,
                 "current_metadata_offset": request.current_metadata_offset,
                 "want_fence": False,
                 "want_shut_down": False,
             }
+            version = 0
+            if request.offline_log_dirs:
+                # OfflineLogDirs is a tagged field of v1.
+                values["offline_log_dirs"] = request.offline_log_dirs
+                version = 1
             try:
                 response = await self._to_active(
-                    ApiKey.BROKER_HEARTBEAT, values, 0, self._membership_timeout_ms, once=True
+                    ApiKey.BROKER_HEARTBEAT,
+                    values,
+                    version,
+                    self._membership_timeout_ms,
+                    once=True,
                 )
             except NotControllerError:
                 return

@@ -24,6 +24,7 @@ import base64
 import binascii
 import os
 import random
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,24 @@ class MetaProperties:
     node_id: int
     directory_id: str | None = None
     version: int = 1
+
+
+def directory_uuids(dirs: Sequence[str | Path]) -> dict[Path, uuid.UUID]:
+    """Each dir's ``directory.id`` as a UUID (how BrokerHeartbeat names a log dir); dirs
+    without meta.properties, or with an id that is not 16 bytes of base64url, are left
+    out."""
+    ids: dict[Path, uuid.UUID] = {}
+    for directory in dirs:
+        props = read_meta_properties(directory)
+        if props is None or props.directory_id is None:
+            continue
+        try:
+            raw = base64.urlsafe_b64decode(props.directory_id + "==")
+        except (binascii.Error, ValueError):
+            continue
+        if len(raw) == 16:
+            ids[Path(directory)] = uuid.UUID(bytes=raw)
+    return ids
 
 
 def read_meta_properties(log_dir: str | Path) -> MetaProperties | None:

@@ -95,6 +95,9 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
         current_metadata_offset=int(request.current_metadata_offset),
         want_fence=bool(request.want_fence),
         want_shut_down=bool(request.want_shut_down),
+        offline_log_dirs=tuple(
+            d for d in getattr(request, "offline_log_dirs", ()) if d is not None
+        ),
     )
     reply = await ctx.broker.run_blocking(controller(ctx).heartbeat, wanted)
     return make(

@@ -100,6 +100,9 @@ class HeartbeatRequest:
     current_metadata_offset: int
     want_fence: bool = False
     want_shut_down: bool = False
+    #: The directory ids (``directory.id`` of meta.properties) of the broker's log dirs
+    #: that went offline after an I/O error (v1 ``OfflineLogDirs``).
+    offline_log_dirs: tuple[uuid.UUID, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,9 @@ class ClusterControl:
     def __init__(self, session_timeout_ms: int) -> None:
         self.sessions = BrokerSessions(session_timeout_ms)
         self._active = True
+        #: The log dirs each broker last reported offline in its heartbeats (see
+        #: :meth:`note_offline_log_dirs`); heartbeats repeat them, so this is only memory.
+        self.offline_log_dirs: dict[int, frozenset[uuid.UUID]] = {}
 
     @property
     def active(self) -> bool:
@@ -320,6 +326,7 @@ class ClusterControl:
             )
         broker_id = request.broker_id
         self.sessions.touch(broker_id, now, request.current_metadata_offset)
+        self.note_offline_log_dirs(broker_id, request.offline_log_dirs)
         caught_up = request.current_metadata_offset >= registration.epoch
         current = broker_state(registration)
         following = self._next_state(image, registration, request, current, caught_up)
@@ -346,6 +353,25 @@ class ClusterControl:
             ((0, tuple(records)),),
             lambda errors: HeartbeatReply(errors[0], is_caught_up=caught_up),
         )
+
+    def note_offline_log_dirs(
+        self, broker_id: int, dirs: Sequence[uuid.UUID]
+    ) -> frozenset[uuid.UUID]:
+        """Remember the log dirs ``broker_id`` reports offline; the ones newly reported.
+
+        The hook for moving leadership off a failed disk (Kafka's
+        ``handleDirectoriesOffline``): for every partition with a replica of this broker
+        on one of the new dirs, the controller must take the broker out of the ISR and,
+        where it led, elect a leader among the rest of the ISR, as when the broker is
+        fenced. That needs to know which dir holds each replica (KIP-858's replica
+        directory assignments); until then the dirs are only recorded here."""
+        reported = frozenset(dirs)
+        before = self.offline_log_dirs.get(broker_id, frozenset())
+        if reported:
+            self.offline_log_dirs[broker_id] = reported
+        else:
+            self.offline_log_dirs.pop(broker_id, None)
+        return reported - before
 
     def _next_state(
         self,
