@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,12 +115,17 @@ def test_figures_follow_what_clients_did(metrics: Metrics, topic_name: str) -> N
     )
     assert joins_refused is not None and joins_refused >= 1
 
+    assert value(committed, "kafka_consumergroup_lag_seconds", **group_tp) == 0
     more = 37
+    # Written with a CreateTime an hour old: the group is an hour behind in time.
+    hour_ago_ms = int(time.time() * 1000) - 3_600_000
     for i in range(more):
-        producer.produce(topic_name, value=f"more-{i}".encode())
+        producer.produce(topic_name, value=f"more-{i}".encode(), timestamp=hour_ago_ms)
     assert producer.flush(30) == 0
     behind = metrics.scrape()
     assert value(behind, "kafka_consumergroup_lag", **group_tp) == more
+    lag_seconds = value(behind, "kafka_consumergroup_lag_seconds", **group_tp)
+    assert lag_seconds is not None and 3600 <= lag_seconds < 3600 + 600, lag_seconds
     assert value(behind, "kafka_consumergroup_lag_sum", consumergroup=group) == more
     assert value(behind, "kafka_consumergroup_current_offset", **group_tp) == produced
     assert value(behind, "kafka_server_messages_in_total", topic=topic_name) == produced + more

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
@@ -49,6 +50,7 @@ from prometheus_client.utils import floatToGoString
 from tidelog.broker.reply import EncodedResponse
 from tidelog.protocol import ApiKey
 from tidelog.protocol.error_codes import error_name
+from tidelog.records.batch import HEADER_SIZE, parse_header
 from tidelog.runtime.http_endpoints import Answer, EndpointServer, health, readiness_answer
 from tidelog.storage import StorageError
 
@@ -380,6 +382,7 @@ class BrokerMetrics:
         state.partitions = partitions
         state.missing = [tp for tp in expected if tp not in led]
         state.groups = groups
+        state.now_ms = broker.clock()
         transactions = broker.transactions
         if transactions is not None and not transactions.stopped:
             coordinator = transactions.coordinator
@@ -497,6 +500,8 @@ class ScrapeState:
     transactions: TransactionFigures | None = None
     #: None on a single node (no quorum of voters)
     quorum: QuorumFigures | None = None
+    #: the broker's wall clock at the scrape (ms), for lag in seconds
+    now_ms: int = 0
     #: False while the broker is starting: no partition or group figures yet
     broker: bool = True
 
@@ -639,6 +644,7 @@ def scrape_families(state: ScrapeState) -> Iterable[Metric]:
         "kafka_topic_partition_oldest_offset", "Log start offset of the partition.", labels=tp
     )
     high_watermarks: dict[tuple[str, int], int] = {}
+    logs: dict[tuple[str, int], Any] = {}
     offline = len(state.missing)
     for name, index, log, high_watermark in state.partitions:
         if log.closed:
@@ -659,6 +665,7 @@ def scrape_families(state: ScrapeState) -> Iterable[Metric]:
         end.add_metric(labels, high_watermark)
         start.add_metric(labels, log_start)
         high_watermarks[(name, index)] = high_watermark
+        logs[(name, index)] = log
     yield from (size, segments, end, start)
 
     yield _gauge(
@@ -709,6 +716,12 @@ def scrape_families(state: ScrapeState) -> Iterable[Metric]:
     group_lag = GaugeMetricFamily(
         "kafka_consumergroup_lag_sum", "The group's lag summed over its partitions.", labels=group
     )
+    lag_seconds = GaugeMetricFamily(
+        "kafka_consumergroup_lag_seconds",
+        "Age of the oldest record the group has not consumed: now minus the timestamp of "
+        "the batch holding the committed offset (0 when caught up).",
+        labels=gtp,
+    )
     for g in sorted(state.groups, key=lambda g: g.group_id):
         group_state.add_metric([g.group_id, g.state], 1)
         members.add_metric([g.group_id], g.members)
@@ -721,11 +734,33 @@ def scrape_families(state: ScrapeState) -> Iterable[Metric]:
                 behind = max(known - offset, 0)
                 lag.add_metric(labels, behind)
                 total += behind
+                age = 0.0
+                if behind:
+                    stamp = _timestamp_at(logs[(name, index)], offset)
+                    if stamp is None:
+                        continue
+                    age = max(state.now_ms - stamp, 0) / 1000
+                lag_seconds.add_metric(labels, age)
         group_lag.add_metric([g.group_id], total)
-    yield from (group_state, members, committed, lag, group_lag)
+    yield from (group_state, members, committed, lag, group_lag, lag_seconds)
     yield from coordinator_families(state)
     if state.quorum is not None:
         yield from quorum_families(state.quorum)
+
+
+def _timestamp_at(log: Any, offset: int) -> int | None:
+    """The timestamp (ms) of the batch holding ``offset`` (or the first one left, when
+    retention removed it): its first record's CreateTime, or the append time of a
+    LogAppendTime topic. One header read, nothing decoded; None if it cannot be read."""
+    try:
+        piece = log.read(max(offset, log.log_start_offset), HEADER_SIZE)
+        if piece is None:
+            return None
+        with piece:
+            header = parse_header(os.pread(piece.fd, HEADER_SIZE, piece.position))
+    except (StorageError, OSError, ValueError):  # RecordsError is a ValueError
+        return None
+    return header.max_timestamp if header.is_log_append_time else header.base_timestamp
 
 
 def coordinator_families(state: ScrapeState) -> Iterable[Metric]:

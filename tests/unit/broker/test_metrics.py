@@ -432,3 +432,29 @@ def test_isr_counts_come_from_the_metadata_of_partitions_led_here(
     assert value(sample, "kafka_server_under_min_isr_partitions") == 1
     # The image says three partitions are led here and no log serves them.
     assert value(sample, "kafka_controller_offline_partitions") == 3
+
+
+def test_lag_in_seconds_is_the_age_of_the_first_record_not_consumed(broker: Broker) -> None:
+    add_topic(broker, "orders", partitions=2)
+    orders = broker.partitions.get("orders", 0)
+    quiet = broker.partitions.get("orders", 1)
+    assert orders is not None and quiet is not None
+    t0 = 1_700_000_000_000
+    orders.append(bytearray(make_batch([b"a", b"b"], timestamp=t0)))  # offsets 0-1
+    orders.append(bytearray(make_batch([b"c", b"d"], timestamp=t0 + 60_000)))  # offsets 2-3
+    quiet.append(bytearray(make_batch([b"e"], timestamp=t0)))
+    state = ScrapeState(
+        partitions=[("orders", 0, orders.log, 4), ("orders", 1, quiet.log, 1)],
+        groups=[
+            GroupState("slow", "Stable", 1, [("orders", 0, 2), ("orders", 1, 1)]),
+            GroupState("stuck", "Empty", 0, [("orders", 0, 0)]),
+        ],
+        now_ms=t0 + 90_000,
+    )
+    sample = parse(BrokerMetrics().render(state))
+    name = "kafka_consumergroup_lag_seconds"
+    # The next record "slow" will read was written 30 s before the scrape; "stuck" has not
+    # read one 90 s old; a caught-up partition is 0 s behind.
+    assert value(sample, name, consumergroup="slow", topic="orders", partition="0") == 30
+    assert value(sample, name, consumergroup="stuck", topic="orders", partition="0") == 90
+    assert value(sample, name, consumergroup="slow", topic="orders", partition="1") == 0
