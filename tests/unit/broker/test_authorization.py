@@ -390,7 +390,7 @@ def test_topic_and_config_administration(start_admin_broker: Any) -> None:
     )
     [grown] = send(broker, ALICE, ApiKey.CREATE_PARTITIONS, 3, more).results
     assert grown.error_code == E.TOPIC_AUTHORIZATION_FAILED
-    assert len(broker.image.topic("orders").partitions) == 1  # type: ignore[union-attr]
+    assert len(broker.image.topic("orders").partitions) == 1
 
     module = schema("describe_configs", 4)
     resources = (

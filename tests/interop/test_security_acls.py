@@ -1,0 +1,318 @@
+"""ACL enforcement against real clients: a `tidelog serve` with StandardAuthorizer and a
+SASL_PLAINTEXT listener (PLAIN users alice and bob). Alice may do everything on the topics
+starting with ``open-`` and read the groups starting with ``g-open-``; bob has no ACL.
+confluent-kafka, kcat, kafka-python, aiokafka and the Java client each
+
+* produce and consume as alice (the Java producer is idempotent: InitProducerId passes on
+  Write on some topic, KIP-679);
+* fail with their own TOPIC_AUTHORIZATION_FAILED error when bob produces to alice's topic;
+* fail with their own GROUP_AUTHORIZATION_FAILED error when alice consumes in a group she
+  may not read.
+
+The broker is test_security.py's SecureBroker with the authorizer on; its PLAINTEXT
+listener (User:ANONYMOUS, a super user) creates the topics and the ACLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import test_kcat as kc
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+from interop_certs import make_certificates
+from interop_data import assert_read_back, wait_until
+from java_harness import JavaClient, JavaClientError, consume_step, produce_step
+from test_security import (
+    CASES,
+    CLIENTS,
+    TIMEOUT,
+    Case,
+    SecureBroker,
+    Settings,
+    _aiokafka_options,
+    _kcat_args,
+    create_topic,
+    java_roundtrip,
+    records_for,
+    settings,
+)
+
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ALICE = CASES["sasl-plain"]
+BOB = Case("SASL_PLAINTEXT", "SASL_PLAINTEXT", "PLAIN", "bob", "bob-secret")
+FAMILIES = ["confluent-kafka", "kcat", "kafka-python", "aiokafka", "java"]
+
+
+class AclBroker(SecureBroker):
+    def command(self) -> list[str]:
+        return [
+            *super().command(),
+            "--override",
+            f"authorizer.class.name={AUTHORIZER}",
+            "--override",
+            "super.users=User:ANONYMOUS",
+        ]
+
+
+def _acl(
+    resource: ResourceType, prefix: str, operation: AclOperation, principal: str = "User:alice"
+) -> AclBinding:
+    return AclBinding(
+        resource,
+        prefix,
+        ResourcePatternType.PREFIXED,
+        principal,
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_certificates(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def acl_broker(
+    tmp_path_factory: pytest.TempPathFactory, certs: dict[str, Path]
+) -> Iterator[AclBroker]:
+    process = AclBroker(tmp_path_factory.mktemp("acls"), certs)
+    process.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": process.bootstrap})
+        bindings = [
+            _acl(ResourceType.TOPIC, "open-", AclOperation.ALL),
+            _acl(ResourceType.GROUP, "g-open-", AclOperation.READ),
+        ]
+        for future in admin.create_acls(bindings).values():
+            assert future.result(TIMEOUT) is None
+        yield process
+    finally:
+        gc.collect()
+        process.stop()
+
+
+@pytest.fixture
+def open_topic(acl_broker: AclBroker) -> str:
+    name = f"open-{uuid.uuid4().hex[:10]}"
+    create_topic(acl_broker, name)
+    return name
+
+
+@pytest.mark.parametrize("client", FAMILIES)
+def test_allowed_user_produces_and_consumes(
+    acl_broker: AclBroker,
+    certs: dict[str, Path],
+    java_client: JavaClient,
+    open_topic: str,
+    client: str,
+) -> None:
+    s = settings(acl_broker, ALICE, certs)
+    records = records_for(f"{client}-allowed")
+    if client == "java":
+        got = java_roundtrip(java_client, s, open_topic, records)
+    else:
+        got = CLIENTS[client](s, open_topic, records)
+    assert_read_back(records, got, check_timestamps=client != "kcat", check_headers=False)
+
+
+# -- a topic bob may not write -----------------------------------------------------------
+
+
+def _bob_produces_confluent(s: Settings, topic: str) -> object:
+    producer = Producer({"bootstrap.servers": s.bootstrap, **s.librdkafka})
+    errors: list[KafkaError | None] = []
+    producer.produce(topic, b"v", on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(TIMEOUT)
+    assert len(errors) == 1 and errors[0] is not None, errors
+    return errors[0].code()
+
+
+def _bob_produces_kcat(s: Settings, topic: str) -> object:
+    result = subprocess.run(
+        [kc.KCAT, *_kcat_args(s), "-P", "-t", topic, "-p", "0"],
+        input=b"v\n", capture_output=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    said = result.stderr.decode(errors="replace")
+    assert result.returncode != 0, said
+    return said
+
+
+def _bob_produces_kafka_python(s: Settings, topic: str) -> object:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=s.bootstrap, max_block_ms=10000, **s.python)
+    try:
+        with pytest.raises(Exception) as refused:
+            producer.send(topic, b"v").get(TIMEOUT)
+    finally:
+        producer.close()
+    return type(refused.value)
+
+
+def _bob_produces_aiokafka(s: Settings, topic: str) -> object:
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=s.bootstrap, **_aiokafka_options(s))
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"v")
+        finally:
+            await producer.stop()
+
+    with pytest.raises(Exception) as refused:
+        asyncio.run(asyncio.wait_for(run(), 2 * TIMEOUT))
+    return type(refused.value)
+
+
+def _bob_produces_java(java: JavaClient, s: Settings, topic: str) -> object:
+    client = java.bound(s.bootstrap)
+    configs = {**s.java, "max.block.ms": "10000", "delivery.timeout.ms": "20000"}
+    with pytest.raises(JavaClientError) as refused:
+        client.batch(produce_step(topic, records_for("bob"), idempotence=False, configs=configs))
+    return refused.value.error
+
+
+def test_denied_topic_is_each_clients_topic_authorization_error(
+    acl_broker: AclBroker, certs: dict[str, Path], java_client: JavaClient, open_topic: str
+) -> None:
+    from aiokafka import errors as aio_errors
+    from kafka import errors as kp_errors
+
+    s = settings(acl_broker, BOB, certs)
+    assert _bob_produces_confluent(s, open_topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "Topic authorization failed" in str(_bob_produces_kcat(s, open_topic))
+    assert _bob_produces_kafka_python(s, open_topic) is kp_errors.TopicAuthorizationFailedError
+    assert _bob_produces_aiokafka(s, open_topic) is aio_errors.TopicAuthorizationFailedError
+    assert _bob_produces_java(java_client, s, open_topic) == (
+        "org.apache.kafka.common.errors.TopicAuthorizationException"
+    )
+    # Nothing bob sent was written.
+    consumer = Consumer({"bootstrap.servers": acl_broker.bootstrap, "group.id": "admin-check"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(open_topic, 0), timeout=TIMEOUT)
+    finally:
+        consumer.close()
+    assert (low, high) == (0, 0)
+
+
+# -- a group alice may not read ----------------------------------------------------------
+
+
+def _group_confluent(s: Settings, topic: str, group: str) -> object:
+    consumer = Consumer({"bootstrap.servers": s.bootstrap, "group.id": group, **s.librdkafka})
+    errors: list[KafkaError | None] = []
+
+    def poll() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error():
+            errors.append(msg.error())
+        return bool(errors)
+
+    try:
+        consumer.subscribe([topic])
+        wait_until(poll, "librdkafka's consumer error", TIMEOUT)
+    finally:
+        consumer.close()
+    first = errors[0]
+    assert first is not None
+    return first.code()
+
+
+def _group_kcat(s: Settings, topic: str, group: str) -> object:
+    # A balanced consumer reports the error and goes on trying: read its stderr until the
+    # error is there, then stop it.
+    process = subprocess.Popen(
+        [kc.KCAT, *_kcat_args(s), "-G", group, topic],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    said: list[str] = []
+    try:
+
+        def reported() -> bool:
+            line = process.stderr.readline().decode(errors="replace")  # type: ignore[union-attr]
+            said.append(line)
+            return "not authorized" in line.lower() or process.poll() is not None
+
+        wait_until(reported, "kcat's group error", TIMEOUT)
+    finally:
+        process.kill()
+        process.wait(TIMEOUT)
+        process.stderr.close()
+    return "".join(said)
+
+
+def _group_kafka_python(s: Settings, topic: str, group: str) -> object:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=s.bootstrap, group_id=group, enable_auto_commit=False, **s.python
+    )
+    try:
+        with pytest.raises(Exception) as refused:
+            wait_until(lambda: consumer.poll(500) is None, "kafka-python's group error", TIMEOUT)
+    finally:
+        consumer.close()
+    return type(refused.value)
+
+
+def _group_aiokafka(s: Settings, topic: str, group: str) -> object:
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> None:
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=s.bootstrap, group_id=group, **_aiokafka_options(s)
+        )
+        await consumer.start()
+        try:
+            while True:
+                await consumer.getmany(timeout_ms=500)
+        finally:
+            await consumer.stop()
+
+    with pytest.raises(Exception) as refused:
+        asyncio.run(asyncio.wait_for(run(), 2 * TIMEOUT))
+    return type(refused.value)
+
+
+def _group_java(java: JavaClient, s: Settings, topic: str, group: str) -> object:
+    client = java.bound(s.bootstrap)
+    with pytest.raises(JavaClientError) as refused:
+        client.batch(consume_step(topic, max_records=1, group=group, configs=s.java))
+    return refused.value.error
+
+
+def test_denied_group_is_each_clients_group_authorization_error(
+    acl_broker: AclBroker, certs: dict[str, Path], java_client: JavaClient, open_topic: str
+) -> None:
+    from aiokafka import errors as aio_errors
+    from kafka import errors as kp_errors
+
+    s = settings(acl_broker, ALICE, certs)
+    group = f"closed-{uuid.uuid4().hex[:8]}"
+    assert _group_confluent(s, open_topic, group) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    # librdkafka passes the broker's error message on.
+    said = str(_group_kcat(s, open_topic, group))
+    assert "FindCoordinator response error: Not authorized to access the group" in said, said
+    assert _group_kafka_python(s, open_topic, group) is kp_errors.GroupAuthorizationFailedError
+    assert _group_aiokafka(s, open_topic, group) is aio_errors.GroupAuthorizationFailedError
+    assert _group_java(java_client, s, open_topic, group) == (
+        "org.apache.kafka.common.errors.GroupAuthorizationException"
+    )
