@@ -380,6 +380,7 @@ class BrokerMetrics:
                     )
                 )
         state.partitions = partitions
+        state.offline_log_dirs = len(broker.partitions.logs.offline_dirs)
         state.missing = [tp for tp in expected if tp not in led]
         state.groups = groups
         state.now_ms = broker.clock()
@@ -496,6 +497,8 @@ class ScrapeState:
     #: ``min.insync.replicas`` (from the metadata image)
     under_replicated: int = 0
     under_min_isr: int = 0
+    #: log dirs taken offline after an I/O error (Kafka's OfflineLogDirectoryCount)
+    offline_log_dirs: int = 0
     active_controller: bool = True
     transactions: TransactionFigures | None = None
     #: None on a single node (no quorum of voters)
@@ -687,6 +690,11 @@ def scrape_families(state: ScrapeState) -> Iterable[Metric]:
         "kafka_controller_offline_partitions",
         "Partitions led here by the metadata whose log is not open or not readable.",
         offline,
+    )
+    yield _gauge(
+        "kafka_log_manager_offline_log_directory_count",
+        "Log dirs taken offline after an I/O error, until the broker restarts.",
+        state.offline_log_dirs,
     )
     yield _gauge(
         "kafka_controller_active_controller",

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tidelog.broker.handlers.fetch import handle_fetch
+from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.reply import Deferred, join_parts
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.runtime.failing_disk import FailingDirs
@@ -112,6 +113,10 @@ def test_metadata_and_describe_log_dirs_show_the_offline_dir(setup: Setup) -> No
     assert offline.error_code == STORAGE_ERROR and offline.topics == ()
     assert (offline.total_bytes, offline.usable_bytes) == (-1, -1)
     assert online.error_code == ErrorCode.NONE and sorted(held(online)) == [("t", 0)]
+    metrics = BrokerMetrics()
+    scraped = metrics.render(metrics.gather(broker)).decode()
+    assert "\nkafka_log_manager_offline_log_directory_count 1.0\n" in scraped
+    assert "\nkafka_controller_offline_partitions 1.0\n" in scraped
 
 
 def test_a_waiting_fetch_is_answered_when_its_dir_goes_offline(setup: Setup) -> None:
