@@ -594,3 +594,175 @@ def _model_broker(start_admin_broker: Any) -> Broker:
         topics(broker, *NAMES)
         _MODEL_BROKERS[key] = broker
     return _MODEL_BROKERS[key]
+
+
+# -- Transactions ----------------------------------------------------------------------
+
+
+def test_transaction_apis_check_the_transactional_id_group_and_topics(
+    start_admin_broker: Any,
+) -> None:
+    from .test_transactions_api import CONFIG, add_errors, add_request, init_request
+    from .test_transactions_api import running as with_coordinators
+
+    async def scenario() -> None:
+        # The coordinators' harness readies their topics as User:ANONYMOUS.
+        harness = {**AUTHZ, **CONFIG, "super.users": "User:admin;User:ANONYMOUS"}
+        async with with_coordinators(start_admin_broker(harness)) as broker:
+            topics(broker, "secret")
+            grant(
+                broker,
+                acl(TXN, "tx-a", Op.WRITE),
+                acl(TOPIC, "t", Op.WRITE),
+                acl(TOPIC, "t", Op.READ),
+                acl(GROUP, "g", Op.READ),
+            )
+            init = await as_user(broker, ALICE, ApiKey.INIT_PRODUCER_ID, 4, init_request(4, "tx-a"))
+            assert init.error_code == E.NONE
+            pid, epoch = init.producer_id, init.producer_epoch
+            refused = await as_user(
+                broker, BOB, ApiKey.INIT_PRODUCER_ID, 4, init_request(4, "tx-a")
+            )
+            assert refused.error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            await as_user(broker, ADMIN, ApiKey.INIT_PRODUCER_ID, 4, init_request(4, "tx-b"))
+
+            both = add_request(3, "tx-a", pid, epoch, {"t": [0], "secret": [0]})
+            answer = await as_user(broker, ALICE, ApiKey.ADD_PARTITIONS_TO_TXN, 3, both)
+            assert add_errors(answer) == {
+                ("t", 0): E.OPERATION_NOT_ATTEMPTED,
+                ("secret", 0): E.TOPIC_AUTHORIZATION_FAILED,
+            }
+            by_bob = await as_user(broker, BOB, ApiKey.ADD_PARTITIONS_TO_TXN, 3, both)
+            assert set(add_errors(by_bob).values()) == {E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+            mine = add_request(3, "tx-a", pid, epoch, {"t": [0]})
+            added = await as_user(broker, ALICE, ApiKey.ADD_PARTITIONS_TO_TXN, 3, mine)
+            assert add_errors(added) == {("t", 0): E.NONE}
+            # v4 is what brokers send each other: ClusterAction.
+            verify = add_request(4, "tx-a", pid, epoch, {"t": [0]})
+            assert (
+                await as_user(broker, ALICE, ApiKey.ADD_PARTITIONS_TO_TXN, 4, verify)
+            ).error_code == E.CLUSTER_AUTHORIZATION_FAILED
+
+            module = schema("add_offsets_to_txn", 3)
+
+            def add_offsets(group: str) -> Any:
+                return module.AddOffsetsToTxnRequest(
+                    transactional_id="tx-a", producer_id=pid, producer_epoch=epoch, group_id=group
+                )
+
+            denied = await as_user(broker, ALICE, ApiKey.ADD_OFFSETS_TO_TXN, 3, add_offsets("h"))
+            assert denied.error_code == E.GROUP_AUTHORIZATION_FAILED
+            done = await as_user(broker, ALICE, ApiKey.ADD_OFFSETS_TO_TXN, 3, add_offsets("g"))
+            assert done.error_code == E.NONE
+
+            described = schema("describe_transactions", 0).DescribeTransactionsRequest(
+                transactional_ids=("tx-a", "tx-b")
+            )
+            a, b = (
+                await as_user(broker, ALICE, ApiKey.DESCRIBE_TRANSACTIONS, 0, described)
+            ).transaction_states
+            assert (a.error_code, a.transaction_state) == (E.NONE, "Ongoing")
+            # __consumer_offsets is in the transaction too, but Alice may not describe it.
+            assert [t.topic for t in a.topics] == ["t"]
+            assert b.error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            listing = schema("list_transactions", 0).ListTransactionsRequest(
+                state_filters=(), producer_id_filters=()
+            )
+            listed = await as_user(broker, ALICE, ApiKey.LIST_TRANSACTIONS, 0, listing)
+            assert [t.transactional_id for t in listed.transaction_states] == ["tx-a"]
+            everything = await as_user(broker, ADMIN, ApiKey.LIST_TRANSACTIONS, 0, listing)
+            assert sorted(t.transactional_id for t in everything.transaction_states) == [
+                "tx-a",
+                "tx-b",
+            ]
+
+            end = schema("end_txn", 3).EndTxnRequest(
+                transactional_id="tx-a", producer_id=pid, producer_epoch=epoch, committed=False
+            )
+            assert (
+                await as_user(broker, BOB, ApiKey.END_TXN, 3, end)
+            ).error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            assert (await as_user(broker, ALICE, ApiKey.END_TXN, 3, end)).error_code == E.NONE
+
+    asyncio.run(scenario())
+
+
+# -- Cluster-wide and broker-to-broker APIs --------------------------------------------
+
+
+def test_cluster_apis_need_their_cluster_operation(start_admin_broker: Any) -> None:
+    broker = start_admin_broker(AUTHZ)
+    topics(broker, "orders")
+    grant(broker, acl(TOPIC, "orders", Op.READ))
+
+    module = schema("describe_log_dirs", 4)
+    logs = module.DescribeLogDirsRequest(topics=None)
+    assert send(broker, ALICE, ApiKey.DESCRIBE_LOG_DIRS, 4, logs).error_code == (
+        E.CLUSTER_AUTHORIZATION_FAILED
+    )
+    assert send(broker, ADMIN, ApiKey.DESCRIBE_LOG_DIRS, 4, logs).results
+
+    scram = schema("describe_user_scram_credentials", 0).DescribeUserScramCredentialsRequest(
+        users=None
+    )
+    assert send(broker, ALICE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, scram).error_code == (
+        E.CLUSTER_AUTHORIZATION_FAILED
+    )
+
+    markers = schema("write_txn_markers", 1)
+    request = markers.WriteTxnMarkersRequest(
+        markers=(
+            markers.WritableTxnMarker(
+                producer_id=7,
+                producer_epoch=0,
+                transaction_result=True,
+                topics=(markers.WritableTxnMarkerTopic(name="orders", partition_indexes=(0,)),),
+                coordinator_epoch=0,
+            ),
+        )
+    )
+    [marker] = send(broker, ALICE, ApiKey.WRITE_TXN_MARKERS, 1, request).markers
+    assert marker.topics[0].partitions[0].error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert stored_batches(broker, "orders") == []
+
+    # A consumer's OffsetForLeaderEpoch: Describe on the topic (KIP-320).
+    epochs = schema("offset_for_leader_epoch", 4)
+    asked = epochs.OffsetForLeaderEpochRequest(
+        replica_id=-2,
+        topics=(
+            epochs.OffsetForLeaderTopic(
+                topic="orders",
+                partitions=(
+                    epochs.OffsetForLeaderPartition(
+                        partition=0, current_leader_epoch=-1, leader_epoch=0
+                    ),
+                ),
+            ),
+        ),
+    )
+    [mine] = send(broker, ALICE, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, asked).topics
+    assert mine.partitions[0].error_code == E.NONE
+    [theirs] = send(broker, BOB, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, asked).topics
+    assert theirs.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+
+    deletion = schema("delete_records", 2)
+    delete = deletion.DeleteRecordsRequest(
+        topics=(
+            deletion.DeleteRecordsTopic(
+                name="orders",
+                partitions=(deletion.DeleteRecordsPartition(partition_index=0, offset=0),),
+            ),
+        ),
+        timeout=timeout(),
+    )
+    [kept] = send(broker, ALICE, ApiKey.DELETE_RECORDS, 2, delete).topics
+    assert kept.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+
+    producers = schema("describe_producers", 0)
+    described = producers.DescribeProducersRequest(
+        topics=(producers.TopicRequest(name="orders", partition_indexes=(0,)),)
+    )
+    [visible] = send(broker, ALICE, ApiKey.DESCRIBE_PRODUCERS, 0, described).topics
+    assert visible.partitions[0].error_code == E.NONE
+    [hidden] = send(broker, BOB, ApiKey.DESCRIBE_PRODUCERS, 0, described).topics
+    assert hidden.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED

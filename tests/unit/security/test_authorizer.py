@@ -177,3 +177,37 @@ def test_filters_select_as_describe_and_delete_acls_do() -> None:
     assert select(AclBindingFilter(principal="User:bob")) == rules[1:2]
     assert select(AclBindingFilter(permission=AclPermissionType.DENY)) == rules[2:3]
     assert select(AclBindingFilter(operation=Op.READ)) == [rules[0], rules[3]]
+
+
+def test_authorize_any_is_kafkas_authorize_by_resource_type() -> None:
+    def any_write(
+        *acls: AclBinding,
+        super_users: tuple[str, ...] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+    ) -> bool:
+        authorizer = Authorizer(
+            acls,
+            super_users=super_users,
+            allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+        )
+        return authorizer.authorize_any(ALICE, "10.0.0.1", Op.WRITE, TOPIC)
+
+    deny = AclPermissionType.DENY
+    prefixed = PatternType.PREFIXED
+    assert not any_write()
+    assert any_write(allow_everyone_if_no_acl_found=True)
+    assert any_write(super_users=("User:alice",))
+    assert any_write(acl("orders", Op.WRITE))
+    assert any_write(acl("orders", Op.ALL, principal="User:*"))
+    assert not any_write(acl("orders", Op.READ)), "another operation"
+    assert not any_write(acl("orders", Op.WRITE, principal="User:bob"))
+    assert not any_write(acl("orders", Op.WRITE), acl("orders", Op.WRITE, deny))
+    assert not any_write(acl("orders", Op.WRITE), acl("ord", Op.WRITE, deny, pattern=prefixed))
+    assert any_write(acl("orders", Op.WRITE), acl("ordersx", Op.WRITE, deny, pattern=prefixed))
+    assert not any_write(
+        acl("pay", Op.WRITE, pattern=prefixed), acl("pa", Op.ALL, deny, pattern=prefixed)
+    )
+    # A literal DENY does not cover a prefix: names under it that are not that literal pass.
+    assert any_write(acl("pay", Op.WRITE, pattern=prefixed), acl("pay", Op.WRITE, deny))
+    assert not any_write(acl("orders", Op.WRITE), acl("*", Op.WRITE, deny))
+    assert any_write(acl("*", Op.WRITE), acl("orders", Op.WRITE, deny))
