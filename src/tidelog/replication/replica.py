@@ -31,7 +31,8 @@ ISR changes
     the controller; the controller's answer arrives as the next partition state
     (:meth:`Replica.apply_partition_state`). While a change is in flight the high watermark uses
     the larger of the two ISRs (KIP-497's maximal ISR), so a shrink takes effect only once the
-    controller has it, and an expansion counts the new member at once.
+    controller has it, and an expansion makes it wait for the new member at once; only the ISR
+    the controller has committed counts towards ``min.insync.replicas``.
 
 Follower
     :meth:`Replica.become_follower`; :meth:`Replica.next_fetch` builds the next Fetch (the log end
@@ -311,9 +312,11 @@ class Replica:
 
     def _high_watermark_candidate(self) -> int | None:
         """The offset every ISR member acknowledged, or None while the ISR is too small."""
-        isr = self._maximal_isr()
-        if not self._may_advance(isr):
+        # The minimum counts the ISR the controller has committed: a leader whose expansion is
+        # still in flight may be a zombie whose controller never accepts it.
+        if not self._may_advance(self.isr):
             return None
+        isr = self._maximal_isr()
         candidate = self._own_acknowledged_offset()
         for r in isr:
             if r == self.config.broker_id:

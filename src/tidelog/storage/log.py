@@ -1382,12 +1382,18 @@ class Log:
     @_reports_io_errors
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch holding an offset >= ``offset`` (whole batches: the LEO
-        becomes the end of the last batch kept). False when ``offset`` >= LEO."""
+        becomes the end of the last batch kept). False when ``offset`` >= LEO, when only
+        epochs recorded at the log end without data are dropped."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
+                # As Kafka does: a leader records its epoch at the log end when elected and
+                # may lose leadership before appending. That entry holds nothing and must go,
+                # or this replica, now a follower, keeps fetching with an epoch its leader
+                # cannot place, and truncating never removes it.
+                self.epoch_cache.truncate_from_end(self._log_end_offset)
                 return False
             if self._bases[0] > offset:
                 self._truncate_fully_locked(offset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tidelog.metadata.raft.messages import Entry, OffsetAndEpoch
 from tidelog.metadata.raft.store import QuorumState
@@ -20,7 +21,9 @@ from tidelog.records.batch import (
     set_partition_leader_epoch,
 )
 from tidelog.replication.log import ReplicaLog
-from tidelog.storage.log import Log
+
+if TYPE_CHECKING:
+    from tidelog.storage.log import Log
 
 # Bytes a record batch header adds to an entry's records, so that max_bytes limits behave
 # roughly as they would on a real log.
@@ -324,6 +327,7 @@ class SimReplicaLog:
 
     def truncate_to(self, offset: int) -> bool:
         if offset >= self._end:
+            self.epoch_cache.truncate_from_end(self._end)
             return False
         # A batch is kept only when every offset it holds is below ``offset``.
         keep = bisect.bisect_right([nxt for _, nxt, _, _ in self._batches], offset)

@@ -347,3 +347,34 @@ def test_an_answer_from_another_epoch_is_ignored() -> None:
     answer = FetchAnswer(ErrorCode.NONE, 5, 0, 9, diverging=(0, 0), fetch_offset=2)
     assert not replica.on_fetch_answer(request, answer)
     assert log.log_end_offset == 2
+
+
+def test_a_proposed_expansion_does_not_count_towards_min_insync_replicas() -> None:
+    # A leader alone in its committed ISR proposes adding replica 3; until the controller
+    # accepts, it may be a zombie that was replaced, so nothing commits.
+    replica = leader(log_with([(5, 2)]), isr=(1,), min_isr=2)
+    fetch(replica, 3, 2, 5, now=10)
+    assert replica.poll(10).alter_partition == AlterPartitionIntent(1, 5, 10, (1, 3))
+    fetch(replica, 3, 2, 5, now=20)
+    assert replica.high_watermark == 0
+    replica.apply_partition_state(1, 5, 11, (1, 2, 3), (1, 3), now_ms=30)
+    assert replica.high_watermark == 2
+
+
+def test_a_former_leader_that_wrote_nothing_in_its_epoch_converges() -> None:
+    # Broker 2 led epoch 4 without appending; the epoch it recorded at its end holds nothing.
+    source = log_with([(1, 3)])
+    primary = leader(source, epoch=5)
+    log = log_with([(1, 3)])
+    log.epoch_cache.assign(4, 3)
+    replica = follower(log)
+    request = replica.next_fetch()
+    assert request == FetchRequest(2, 1, 5, 3, 4)
+    answer = primary.on_follower_fetch(request, 0)
+    assert answer.diverging == (1, 3)
+    replica.on_fetch_answer(request, answer)
+    # Nothing to cut, but the empty epoch goes, so the next fetch is consistent.
+    assert log.log_end_offset == 3
+    again = replica.next_fetch()
+    assert again == FetchRequest(2, 1, 5, 3, 1)
+    assert primary.on_follower_fetch(again, 0).diverging is None

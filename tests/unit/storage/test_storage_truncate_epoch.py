@@ -140,3 +140,22 @@ def test_corrupt_epoch_checkpoint_is_ignored(tmp_path: Path, clock: FakeClock) -
     assert LeaderEpochCache(path).entries == []
     path.write_text("0\n2\n3 0\n2 5\n")  # out of order: the bad entry goes
     assert LeaderEpochCache(path).entries == [(3, 0)]
+
+
+def test_truncating_at_the_end_drops_an_epoch_that_holds_nothing(
+    open_log: LogFactory, log_dir: Path
+) -> None:
+    # A leader elected for epoch 4 records it at its end, then loses leadership before
+    # appending anything; as a follower it truncates to its end (Kafka's rule).
+    log = open_log()
+    _fill(log)
+    log.epoch_cache.assign(4, log.log_end_offset)
+    assert not log.truncate_to(log.log_end_offset)
+    assert log.epoch_cache.entries == [(1, 0), (2, 4), (3, 6)]
+    assert log.end_offset_for_epoch(4) == (UNDEFINED_EPOCH, -1)
+    # The change is in the checkpoint too.
+    assert LeaderEpochCache(log_dir / "leader-epoch-checkpoint").entries == [
+        (1, 0),
+        (2, 4),
+        (3, 6),
+    ]
