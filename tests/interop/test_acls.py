@@ -2,8 +2,8 @@
 admin APIs of confluent-kafka, the Java client and kafka-python, and `tidelog acls`.
 
 The broker runs with `authorizer.class.name` set to Kafka's StandardAuthorizer and
-`super.users=User:ANONYMOUS`, so a PLAINTEXT client may manage ACLs (enforcement is the
-next step; the ACLs are stored and served here). Also: ACLs survive a restart, an invalid
+`super.users=User:ANONYMOUS`, so a PLAINTEXT client may manage ACLs (their enforcement
+against real clients is test_security_acls.py). Also: ACLs survive a restart, an invalid
 binding fails alone with INVALID_REQUEST, and without an authorizer every client sees
 SECURITY_DISABLED.
 """
