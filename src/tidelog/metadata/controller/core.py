@@ -284,10 +284,13 @@ class Controller:
             if self._active_epoch is not None:
                 self._active_epoch = None
                 self._cluster.deactivate()
+                self._rebalance_at = None
             raise
         if self._active_epoch != epoch:
             self._active_epoch = epoch
             self._cluster.activate()
+            # A new term of office: the first rebalance comes one interval from now.
+            self._rebalance_at = None
         return ControllerView(
             self.image,
             self._config,
