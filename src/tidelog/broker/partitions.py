@@ -60,6 +60,7 @@ from tidelog.protocol import ErrorCode
 from tidelog.records import BatchHeader, iter_batches
 from tidelog.records.control import build_end_txn_marker_batch
 from tidelog.storage import AppendInfo, Log, LogConfig, LogDirOfflineError, LogManager
+from tidelog.storage.errors import is_disk_failure
 from tidelog.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -400,7 +401,8 @@ class Partition:
             _log.error(
                 "%s-%d: could not write a producer state snapshot: %s", self.topic, self.index, exc
             )
-            return self.log.report_io_error(exc)
+            if is_disk_failure(exc):
+                return self.log.report_io_error(exc)
         return None
 
     async def make_durable(self, end_offset: int) -> None:

@@ -7,6 +7,8 @@ recovery are not raised: recovery truncates them and reports what it dropped.
 
 from __future__ import annotations
 
+import errno
+
 
 class StorageError(Exception):
     """Base of every error the storage layer raises on purpose."""
@@ -66,6 +68,18 @@ class SegmentDeletedError(StorageError):
 class InvalidRecordError(InvalidAppendError):
     """A record the log's config does not accept (a record without a key on a
     compacted topic); nothing of the append is written."""
+
+
+#: Errors that say the process ran out of file descriptors or memory, not that the disk
+#: failed: they fail the operation but leave the log dir in use. (Kafka takes the dir offline
+#: on these too; here a client opening connections until the descriptors run out must not be
+#: able to take a disk out of service.)
+_NOT_THE_DISK = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def is_disk_failure(exc: OSError) -> bool:
+    """Whether an I/O error on a log dir means its disk cannot be trusted any more."""
+    return exc.errno not in _NOT_THE_DISK
 
 
 class LogDirOfflineError(StorageError):

@@ -96,6 +96,7 @@ from tidelog.storage.errors import (
     RecordTooLargeError,
     StorageError,
     UnexpectedAppendOffsetError,
+    is_disk_failure,
 )
 from tidelog.storage.index import INT32_MAX
 from tidelog.storage.segment import (
@@ -190,7 +191,8 @@ def _reports_io_errors(method: _Method) -> _Method:
     checkpoint write, or a read) is reported to the log's :attr:`Log.on_io_error` and
     raised as :class:`LogDirOfflineError`: after a failed write or fsync the page cache
     may already have dropped data, so nothing on that directory can be trusted. A log
-    without ``on_io_error`` (no owner to take its directory offline) raises the
+    without ``on_io_error`` (no owner to take its directory offline), and an error that is
+    not the disk's (:func:`~tidelog.storage.errors.is_disk_failure`), raise the
     ``OSError`` itself."""
 
     @functools.wraps(method)
@@ -198,7 +200,7 @@ def _reports_io_errors(method: _Method) -> _Method:
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
-            if self.on_io_error is None:
+            if self.on_io_error is None or not is_disk_failure(exc):
                 raise
             raise self.report_io_error(exc) from exc
 

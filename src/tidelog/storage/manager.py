@@ -68,6 +68,7 @@ from tidelog.storage.errors import (
     InvalidPartitionDirError,
     LogClosedError,
     LogDirOfflineError,
+    is_disk_failure,
 )
 from tidelog.storage.log import Clock, Log, RecoveryReport
 from tidelog.storage.segment import HandleCache
@@ -302,9 +303,13 @@ class LogManager:
             return None
         return LogDirOfflineError(directory, self.offline_dirs[directory])
 
-    def _guarded(self, directory: Path, exc: OSError) -> LogDirOfflineError:
-        self.mark_offline(directory, exc)
-        return LogDirOfflineError(directory, exc)
+    def _fail_dir_on(self, directory: Path, exc: OSError) -> None:
+        """After ``exc`` on ``directory``: take the dir offline and raise
+        :class:`LogDirOfflineError` when the disk failed; return (the caller re-raises
+        ``exc``) when the error is not the disk's."""
+        if is_disk_failure(exc):
+            self.mark_offline(directory, exc)
+            raise LogDirOfflineError(directory, exc) from exc
 
     # -- logs --------------------------------------------------------------------------
 
@@ -357,7 +362,8 @@ class LogManager:
                     on_checkpoint=self._checkpoint_callback(directory),
                 )
             except OSError as exc:
-                raise self._guarded(directory, exc) from exc
+                self._fail_dir_on(directory, exc)
+                raise
             self._adopt(key, log, directory)
             return log
 
@@ -385,7 +391,8 @@ class LogManager:
                 os.replace(log.directory, doomed)
                 fsync_dir(directory, self._fsync)
             except OSError as exc:
-                raise self._guarded(directory, exc) from exc
+                self._fail_dir_on(directory, exc)
+                raise
             shutil.rmtree(doomed, ignore_errors=True)
             self.recovery_reports.pop(key, None)
         self.checkpoint_dir(directory)
@@ -395,11 +402,11 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Write both checkpoint files of every online log dir."""
-        failed: LogDirOfflineError | None = None
+        failed: Exception | None = None
         for directory in self.log_dirs:
             try:
                 self.checkpoint_dir(directory)
-            except LogDirOfflineError as exc:
+            except (LogDirOfflineError, OSError) as exc:
                 failed = failed or exc  # the other dirs still get theirs
         if failed is not None:
             raise failed
@@ -423,7 +430,8 @@ class LogManager:
                     self._fsync,
                 )
             except OSError as exc:
-                raise self._guarded(directory, exc) from exc
+                self._fail_dir_on(directory, exc)
+                raise
 
     def cleanup(self, now_ms: int | None = None) -> int:
         """Retention on every log; returns the number of segments deleted."""
@@ -451,7 +459,8 @@ class LogManager:
             except (LogClosedError, LogDirOfflineError):
                 continue
             except OSError as exc:
-                self.mark_offline(log.directory.parent, exc)
+                if is_disk_failure(exc):
+                    self.mark_offline(log.directory.parent, exc)
                 continue
             if due and ranges.dirty_ratio > best_ratio:
                 best, best_ratio = log, ranges.dirty_ratio
@@ -461,7 +470,8 @@ class LogManager:
             return self.cleaner.clean_log(best, now_ms)
         except OSError as exc:
             # The cleaner writes the cleaned segment and its checkpoint itself.
-            raise self._guarded(best.directory.parent, exc) from exc
+            self._fail_dir_on(best.directory.parent, exc)
+            raise
 
     def flush_due(self, now_ms: int) -> int:
         """``maybe_flush`` on every log; returns how many logs fsynced."""
@@ -495,21 +505,23 @@ class LogManager:
         with self._lock:
             if self._closed:
                 return
-            failed: LogDirOfflineError | None = None
+            failed: Exception | None = None
             for log in list(self._logs.values()):
                 try:
                     log.close()
-                except LogDirOfflineError as exc:
+                except (LogDirOfflineError, OSError) as exc:
                     failed = failed or exc
             try:
                 self.checkpoint()
-            except LogDirOfflineError as exc:
+            except (LogDirOfflineError, OSError) as exc:
                 failed = failed or exc
             for directory in self.online_dirs:
                 try:
                     write_durably(directory / CLEAN_SHUTDOWN_MARKER, b"", self._fsync)
                 except OSError as exc:
-                    failed = failed or self._guarded(directory, exc)
+                    if is_disk_failure(exc):
+                        self.mark_offline(directory, exc)
+                    failed = failed or exc
             self._closed = True
             if failed is not None:
                 raise failed

@@ -227,3 +227,27 @@ def test_every_dir_offline_refuses_new_logs(disk: Disk) -> None:
     with pytest.raises(LogDirOfflineError):
         manager.get_or_create_log("u", 0)
     manager.close()
+
+
+def test_running_out_of_descriptors_is_not_a_failed_disk(
+    disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many client connections can exhaust the descriptors; that must not take a disk out.
+    manager = disk.manager()
+    _, in_b = _spread(manager, disk)
+    real = segment_module._pwrite_all
+    exhausted = True
+
+    def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+        if exhausted:
+            raise OSError(errno.EMFILE, "Too many open files")
+        real(fd, data, position)
+
+    monkeypatch.setattr(segment_module, "_pwrite_all", pwrite_all)
+    with pytest.raises(OSError) as raised:
+        in_b.append(make_batch([b"x"]))
+    assert raised.value.errno == errno.EMFILE
+    assert manager.offline_dirs == {}
+    exhausted = False
+    in_b.append(make_batch([b"y"]), durable=True)
+    assert [v for _, v in read_all(in_b)] == [b"y"]
