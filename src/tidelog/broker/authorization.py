@@ -16,9 +16,11 @@ asked for that the principal could not have.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidelog.metadata.acls import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.protocol import ApiKey, ErrorCode
@@ -303,3 +305,123 @@ def in_request_order(
 
 #: The checks when no authorizer is configured: every one passes.
 _OPEN = Access(None, ANONYMOUS, "")
+
+
+# -- requests forwarded to the active controller -------------------------------------------
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Items:
+    """Where a forwarded API keeps its items: the request's list field (by version) and the
+    response's list of one result per item, in request order."""
+
+    request_field: Callable[[int], str]
+    response_field: str
+    #: the authorization error of one item (None: allowed), not logged: the local handler
+    #: that answers the denied items logs them
+    error: Callable[[Access, Any, Any], ErrorCode | None]
+
+
+def _create_topic_error(checks: Access, ctx: Any, entry: Any) -> ErrorCode | None:
+    if checks.cluster(AclOperation.CREATE, audit=False):
+        return None
+    if checks.topic(AclOperation.CREATE, entry.name, audit=False):
+        return None
+    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def _delete_topic_error(checks: Access, ctx: Any, entry: Any) -> ErrorCode | None:
+    if isinstance(entry, str):
+        name: str | None = entry
+    elif entry.name is not None:
+        name = entry.name
+    else:
+        name = ctx.broker.topic_name_of(entry.topic_id) if entry.topic_id is not None else None
+    if name is None or checks.topic(AclOperation.DELETE, name, audit=False):
+        return None
+    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def _topic_alter_error(checks: Access, ctx: Any, entry: Any) -> ErrorCode | None:
+    if checks.topic(AclOperation.ALTER, entry.name, audit=False):
+        return None
+    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+def _alter_configs_error(checks: Access, ctx: Any, resource: Any) -> ErrorCode | None:
+    kind = int(resource.resource_type)
+    if kind == _CONFIG_RESOURCE_TOPIC:
+        allowed = checks.topic(AclOperation.ALTER_CONFIGS, resource.resource_name, audit=False)
+        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if kind in (_CONFIG_RESOURCE_BROKER, _CONFIG_RESOURCE_BROKER_LOGGER):
+        allowed = checks.cluster(AclOperation.ALTER_CONFIGS, audit=False)
+        return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+_FORWARDED_ITEMS: dict[int, _Items] = {
+    ApiKey.CREATE_TOPICS: _Items(lambda _: "topics", "topics", _create_topic_error),
+    ApiKey.DELETE_TOPICS: _Items(
+        lambda version: "topics" if version >= 6 else "topic_names",
+        "responses",
+        _delete_topic_error,
+    ),
+    ApiKey.CREATE_PARTITIONS: _Items(lambda _: "topics", "results", _topic_alter_error),
+    ApiKey.ALTER_CONFIGS: _Items(lambda _: "resources", "responses", _alter_configs_error),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _Items(
+        lambda _: "resources", "responses", _alter_configs_error
+    ),
+}
+#: Forwarded APIs that need one cluster operation for the whole request.
+_FORWARDED_CLUSTER_OPERATION: dict[int, AclOperation] = {
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER,
+    ApiKey.CREATE_ACLS: AclOperation.ALTER,
+    ApiKey.DELETE_ACLS: AclOperation.ALTER,
+}
+
+
+async def answer_forwarded(
+    ctx: RequestContext, api_key: int, request: Any, local: Handler, forward: Handler
+) -> Any:
+    """A metadata-changing request a node forwards to the active controller, authorized for
+    the client here, because the controller sees the node's principal (Kafka carries the
+    client's in an Envelope, KIP-590, which is not served). The denied items are answered
+    by ``local``, this node's own handler, which refuses them without asking the controller;
+    only the allowed rest goes to ``forward``, and the two answers are merged in request
+    order. A request with nothing denied goes to ``forward`` whole."""
+    checks = access(ctx)
+    if not checks.enabled:
+        return await forward(ctx, request)
+    operation = _FORWARDED_CLUSTER_OPERATION.get(api_key)
+    if operation is not None:
+        if checks.cluster(operation, audit=False):
+            return await forward(ctx, request)
+        return await local(ctx, request)
+    items = _FORWARDED_ITEMS.get(api_key)
+    if items is None:
+        return await forward(ctx, request)
+    field = items.request_field(ctx.api_version)
+    entries = list(getattr(request, field))
+    allowed = [items.error(checks, ctx, entry) is None for entry in entries]
+    if all(allowed):
+        return await forward(ctx, request)
+    denied_part = dataclasses.replace(
+        request, **{field: tuple(e for e, ok in zip(entries, allowed, strict=True) if not ok)}
+    )
+    refused = await local(ctx, denied_part)
+    if not any(allowed):
+        return refused
+    allowed_part = dataclasses.replace(
+        request, **{field: tuple(e for e, ok in zip(entries, allowed, strict=True) if ok)}
+    )
+    answered = await forward(ctx, allowed_part)
+    denied_results = iter(getattr(refused, items.response_field))
+    merged = in_request_order(
+        entries,
+        allowed,
+        getattr(answered, items.response_field),
+        lambda _: next(denied_results),
+    )
+    return dataclasses.replace(answered, **{items.response_field: tuple(merged)})

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tidelog.broker.authorization import answer_forwarded
 from tidelog.broker.connection import CloseConnection
 from tidelog.broker.raft_driver import NotLeaderError, RaftDriver
 from tidelog.broker.reply import Handler
@@ -358,6 +359,10 @@ class QuorumNode:
 
     def _forwarding(self, key: ApiKey, local: Handler) -> Handler:
         async def handle(ctx: Any, request: Any) -> Any:
+            # The client's ACLs are checked here: the active controller sees this node.
+            return await answer_forwarded(ctx, key, request, local, send)
+
+        async def send(ctx: Any, request: Any) -> Any:
             timeout_ms = int(getattr(request, "timeout_ms", 0) or _DEFAULT_TIMEOUT_MS)
             loop = self._running_loop()
             deadline = loop.time() + timeout_ms / 1000

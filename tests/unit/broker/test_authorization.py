@@ -766,3 +766,65 @@ def test_cluster_apis_need_their_cluster_operation(start_admin_broker: Any) -> N
     assert visible.partitions[0].error_code == E.NONE
     [hidden] = send(broker, BOB, ApiKey.DESCRIBE_PRODUCERS, 0, described).topics
     assert hidden.partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+
+
+# -- Requests a quorum node forwards ---------------------------------------------------
+
+
+def test_a_forwarded_request_carries_only_what_the_client_may_do(start_admin_broker: Any) -> None:
+    """The active controller sees the forwarding node's principal, so the node answers the
+    client's denied items itself and forwards only the rest (quorum.py's forwarding)."""
+    from tidelog.broker.authorization import answer_forwarded
+
+    broker = start_admin_broker(AUTHZ)
+    grant(broker, acl(TOPIC, "team-", Op.CREATE, pattern=PREFIXED))
+    forwarded: list[Any] = []
+
+    async def to_controller(ctx: Any, request: Any) -> Any:
+        # What the active controller does with it: the handler, as the (super user) node.
+        forwarded.append(request)
+        node = context(broker, ApiKey(ctx.header.api_key), ctx.api_version, principal=ADMIN)
+        return await HANDLERS[ApiKey(ctx.header.api_key)](node, request)
+
+    def forward(principal: KafkaPrincipal, api_key: ApiKey, version: int, request: Any) -> Any:
+        ctx = context(broker, api_key, version, principal=principal)
+        response = asyncio.run(
+            answer_forwarded(ctx, api_key, request, HANDLERS[api_key], to_controller)
+        )
+        frame = encode_response(ctx.header, response)
+        return decode_response(
+            memoryview(frame)[4:], api_key=int(api_key), api_version=version, correlation_id=1
+        )[1]
+
+    request = create_topics_request(7, [{"name": "team-a"}, {"name": "ops"}, {"name": "team-b"}])
+    answer = forward(ALICE, ApiKey.CREATE_TOPICS, 7, request)
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("team-a", E.NONE),
+        ("ops", E.TOPIC_AUTHORIZATION_FAILED),
+        ("team-b", E.NONE),
+    ]
+    [sent] = forwarded
+    assert [t.name for t in sent.topics] == ["team-a", "team-b"]
+    assert broker.image.topic("ops") is None
+
+    # Everything denied: nothing goes to the controller; nothing denied: all of it goes.
+    forwarded.clear()
+    only_ops = create_topics_request(7, [{"name": "ops"}])
+    [refused] = forward(BOB, ApiKey.CREATE_TOPICS, 7, only_ops).topics
+    assert refused.error_code == E.TOPIC_AUTHORIZATION_FAILED
+    creation = schema("create_acls", 3).AclCreation(
+        resource_type=2,
+        resource_name="ops",
+        resource_pattern_type=3,
+        principal="User:alice",
+        host="*",
+        operation=int(Op.ALL),
+        permission_type=int(ALLOW),
+    )
+    acls = schema("create_acls", 3).CreateAclsRequest(creations=(creation,))
+    [result] = forward(ALICE, ApiKey.CREATE_ACLS, 3, acls).results
+    assert result.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert forwarded == []
+    [created] = forward(ADMIN, ApiKey.CREATE_ACLS, 3, acls).results
+    assert created.error_code == E.NONE
+    assert forwarded == [acls]
