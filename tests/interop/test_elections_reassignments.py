@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import ElectionType, KafkaError
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from interop_broker import BrokerProcess
+from interop_broker import BrokerProcess, send_request
 from java_harness import JavaClient, step
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KpTopicPartition
@@ -26,6 +26,10 @@ from kafka.errors import (
     InvalidReplicationAssignmentError,
     NoReassignmentInProgressError,
 )
+from kio.schema.elect_leaders.v2.request import ElectLeadersRequest, TopicPartitions
+from kio.static.primitive import i8, i32
+
+from tidelog.protocol import ErrorCode
 
 TIMEOUT_S = 30.0
 NODE = 1  # the node id `tidelog serve` runs as by default
@@ -58,8 +62,6 @@ def leaders_and_replicas(admin: AdminClient, topic: str) -> dict[int, tuple[int,
 def test_confluent_kafka_preferred_election_is_not_needed(
     admin: AdminClient, topic_name: str
 ) -> None:
-    from confluent_kafka import ElectionType
-
     create(admin, topic_name)
     wanted = [CkTopicPartition(topic_name, 0), CkTopicPartition(topic_name, 1)]
     results = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(TIMEOUT_S)
@@ -74,8 +76,6 @@ def test_confluent_kafka_preferred_election_is_not_needed(
 def test_confluent_kafka_unclean_election_and_unknown_partition(
     admin: AdminClient, topic_name: str
 ) -> None:
-    from confluent_kafka import ElectionType
-
     create(admin, topic_name, 1)
     wanted = [CkTopicPartition(topic_name, 0), CkTopicPartition(topic_name, 9)]
     results = admin.elect_leaders(ElectionType.UNCLEAN, wanted).result(TIMEOUT_S)
@@ -89,8 +89,6 @@ def test_confluent_kafka_unclean_election_and_unknown_partition(
 def test_confluent_kafka_election_over_all_partitions_answers_none_needed(
     admin: AdminClient, topic_name: str
 ) -> None:
-    from confluent_kafka import ElectionType
-
     create(admin, topic_name)
     # Every partition of the node is led by its preferred replica: nothing to report.
     assert admin.elect_leaders(ElectionType.PREFERRED, None).result(TIMEOUT_S) == {}
@@ -150,3 +148,20 @@ def test_kafka_python_reassigns_lists_and_cancels(
         for p in result.partition_result
     ] == [(topic_name, 0, ElectionNotNeededError.errno)]
     assert leaders_and_replicas(admin, topic_name) == {0: (NODE, [NODE]), 1: (NODE, [NODE])}
+
+
+# -- by hand ---------------------------------------------------------------------------------
+
+
+def test_an_unknown_election_type_is_an_invalid_request(
+    broker: BrokerProcess, admin: AdminClient, topic_name: str
+) -> None:
+    create(admin, topic_name, 1)
+    request = ElectLeadersRequest(
+        election_type=i8(7),
+        topic_partitions=(TopicPartitions(topic=topic_name, partitions=(i32(0),)),),
+    )
+    response = send_request(broker.host, broker.port, request)
+    assert response.error_code == ErrorCode.INVALID_REQUEST.to_kio()
+    ((result,),) = [r.partition_result for r in response.replica_election_results]
+    assert (int(result.partition_id), result.error_code) == (0, ErrorCode.INVALID_REQUEST.to_kio())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from pathlib import Path
 
 import pytest
 from metadata_helpers import Cluster, ControllerFactory
@@ -33,6 +32,7 @@ from tidelog.metadata.controller.reassignment import (
     list_partition_reassignments,
 )
 from tidelog.metadata.image import PartitionImage
+from tidelog.metadata.image_records import image_from_snapshot, snapshot_records
 from tidelog.metadata.records import ConfigRecord, PartitionChangeRecord, PartitionRecord
 from tidelog.protocol import ErrorCode
 
@@ -421,7 +421,19 @@ def test_list_reassignments_of_named_partitions() -> None:
     assert [(r.topic, r.partition, r.replicas) for r in listed] == [("t", 1, (3, 2))]
 
 
-def test_reassignment_fields_survive_replay_and_restatement(tmp_path: Path) -> None:
+def test_a_reassignment_under_way_survives_a_snapshot() -> None:
+    cluster = Cluster(3)
+    make_topic(cluster, "t", {0: (1,)})
+    reassign(cluster, "t", 0, (2, 3))
+    image = cluster.image
+    rebuilt = image_from_snapshot(
+        snapshot_records(image), image.offset, 1, cluster_id=image.cluster_id
+    )
+    assert rebuilt.partition("t", 0) == part(cluster, "t")
+    assert part(cluster, "t").adding_replicas == (2, 3)
+
+
+def test_reassignment_fields_survive_replay_and_restatement() -> None:
     cluster = Cluster(3)
     topic_id = make_topic(cluster, "t", {0: (1,)})
     reassign(cluster, "t", 0, (2,))
