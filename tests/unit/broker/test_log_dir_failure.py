@@ -1,6 +1,7 @@
 """The broker over a failing log dir: the request that hit the I/O error and every later one
 for the partitions there get KAFKA_STORAGE_ERROR; Fetch serves nothing from it; Metadata and
-DescribeLogDirs show it; the partitions of the other dir carry on."""
+DescribeLogDirs show it; the partitions of the other dir carry on. A BrokerHeartbeat's
+OfflineLogDirs reaches the controller."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ import asyncio
 import errno
 import logging
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.types import BrokerId
+from kio.static.primitive import i64
 
 from tidelog.broker.handlers.fetch import handle_fetch
+from tidelog.broker.handlers.registry import CONTROLLER_HANDLERS
 from tidelog.broker.metrics import BrokerMetrics
 from tidelog.broker.reply import Deferred, join_parts
 from tidelog.protocol import ApiKey, ErrorCode
@@ -139,3 +145,23 @@ def test_a_waiting_fetch_is_answered_when_its_dir_goes_offline(setup: Setup) -> 
     response = decode_body(ApiKey.FETCH, 12, join_parts(encoded.parts))
     encoded.close()
     assert response.responses[0].partitions[0].error_code == STORAGE_ERROR
+
+
+def test_broker_heartbeat_v1_hands_the_offline_log_dirs_to_the_controller(setup: Setup) -> None:
+    broker = setup.broker
+    controller = broker.controller
+    registration = controller.image.brokers[broker.node_id]
+    failed = uuid.uuid4()
+    request = BrokerHeartbeatRequest(
+        broker_id=BrokerId(broker.node_id),
+        broker_epoch=i64(registration.epoch),
+        current_metadata_offset=i64(controller.image.offset),
+        want_fence=False,
+        want_shut_down=False,
+        offline_log_dirs=(failed,),
+    )
+    ctx = context(broker, ApiKey.BROKER_HEARTBEAT, 1)
+    response = asyncio.run(CONTROLLER_HANDLERS[ApiKey.BROKER_HEARTBEAT](ctx, request))
+    assert response.error_code == ErrorCode.NONE
+    # ClusterControl is the controller's membership part; its record is the hook's input.
+    assert controller._cluster.offline_log_dirs == {broker.node_id: {failed}}
