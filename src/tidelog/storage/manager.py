@@ -288,7 +288,11 @@ class LogManager:
             sum(1 for d in self.offline_logs.values() if d == directory),
         )
         for listener in list(self.on_dir_offline):
-            listener(directory, cause)
+            try:
+                listener(directory, cause)
+            except Exception:
+                # The dir is offline whatever a listener does; the caller gets its error.
+                _log.exception("a listener of log dir %s going offline failed", directory)
         return True
 
     @property
