@@ -21,7 +21,6 @@ rebalance (Kafka's ``ReplicationControlManager.electLeaders`` and the controller
 from __future__ import annotations
 
 import enum
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ from tidelog.metadata.controller.leaders import (
     is_active,
 )
 from tidelog.metadata.errors import OK, ApiError
-from tidelog.metadata.image import MetadataImage, PartitionImage
+from tidelog.metadata.image import MetadataImage, PartitionImage, TopicImage
 from tidelog.metadata.records import MetadataRecord, PartitionChangeRecord
 from tidelog.protocol.error_codes import ErrorCode
 
@@ -77,7 +76,7 @@ def unclean_policy(view: ControllerView) -> UncleanPolicy:
 
 
 def _preferred(
-    image: MetadataImage, topic_id: uuid.UUID, part: PartitionImage
+    image: MetadataImage, topic: TopicImage, part: PartitionImage
 ) -> PartitionChangeRecord | ApiError:
     preferred = part.replicas[0]
     if part.leader == preferred:
@@ -87,20 +86,21 @@ def _preferred(
             ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
             f"preferred leader {preferred} is not an active member of the ISR",
         )
-    return PartitionChangeRecord(topic_id, part.partition, leader=preferred)
+    return PartitionChangeRecord(topic.topic_id, part.partition, leader=preferred)
 
 
 def _unclean(
-    image: MetadataImage, name: str, part: PartitionImage
+    image: MetadataImage, topic: TopicImage, part: PartitionImage
 ) -> PartitionChangeRecord | ApiError:
     if part.leader != NO_LEADER:
         return ApiError(ErrorCode.ELECTION_NOT_NEEDED, f"broker {part.leader} leads already")
-    leader, isr = choose_leader(name, part, part.isr, lambda b: is_active(image, b), unclean=True)
+    leader, isr = choose_leader(
+        topic.name, part, part.isr, lambda b: is_active(image, b), unclean=True
+    )
     if leader == NO_LEADER:
         return ApiError(
             ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica of the partition is active"
         )
-    topic = image.topics_by_name[name]
     return PartitionChangeRecord(
         topic.topic_id, part.partition, leader, isr=None if isr == part.isr else isr
     )
@@ -131,9 +131,9 @@ def elect_leaders(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {name}-{index}"
             )
         elif election_type is ElectionType.PREFERRED:
-            outcome = _preferred(image, topic.topic_id, part)
+            outcome = _preferred(image, topic, part)
         else:
-            outcome = _unclean(image, name, part)
+            outcome = _unclean(image, topic, part)
         if isinstance(outcome, ApiError):
             if elect_all and outcome.code is ErrorCode.ELECTION_NOT_NEEDED:
                 continue

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from tidelog.metadata.controller.base import ControllerResult, ControllerView, per_item
 from tidelog.metadata.controller.leaders import choose_leader, is_active
+from tidelog.metadata.controller.topics import replication_limit_error
 from tidelog.metadata.errors import OK, ApiError
 from tidelog.metadata.image import MetadataImage, PartitionImage
 from tidelog.metadata.records import MetadataRecord, PartitionChangeRecord
@@ -169,14 +170,7 @@ def _check_target(
             f"the target has {len(target)} replicas, the partition {len(original)}, and "
             "the request does not allow changing the replication factor",
         )
-    limit = view.max_replication_factor
-    if limit is not None and len(target) > limit:
-        return ApiError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            f"{len(target)} replicas are not supported yet: partitions are not replicated "
-            f"between the nodes of a cluster, use {limit}",
-        )
-    return None
+    return replication_limit_error(view, len(target))
 
 
 def _plan(

@@ -48,6 +48,7 @@ __all__ = [
     "create_partitions",
     "create_topics",
     "delete_topics",
+    "replication_limit_error",
     "validate_topic_name",
 ]
 
@@ -177,7 +178,7 @@ def _check_replicas(
     return None
 
 
-def _replication_error(view: ControllerView, factor: int) -> ApiError | None:
+def replication_limit_error(view: ControllerView, factor: int) -> ApiError | None:
     """INVALID_REPLICATION_FACTOR for a factor this cluster cannot serve yet."""
     limit = view.max_replication_factor
     if limit is not None and factor > limit:
@@ -297,7 +298,7 @@ def _plan_topic(
                 return error, [], None
         error = _consistent_replication(assignments, len(assignments[0]))
         if error is None:
-            error = _replication_error(view, len(assignments[0]))
+            error = replication_limit_error(view, len(assignments[0]))
         if error is not None:
             return error, [], None
     else:
@@ -327,7 +328,7 @@ def _plan_topic(
                 [],
                 None,
             )
-        error = _replication_error(view, factor)
+        error = replication_limit_error(view, factor)
         if error is not None:
             return error, [], None
         if factor > len(brokers):
@@ -588,7 +589,7 @@ def _plan_partitions(
             [],
         )
     factor = topic.replication_factor
-    error = _replication_error(view, factor)
+    error = replication_limit_error(view, factor)
     if error is not None:
         return error, []
     if request.assignments is not None:
