@@ -15,7 +15,8 @@ Rules of replay:
 * a TopicRecord needs a new name and a new id; partitions and configs follow it;
 * a PartitionRecord states a partition whole (creation, or restatement);
 * a PartitionChangeRecord raises the partition epoch, and the leader epoch when the
-  leader changes;
+  leader changes; both records may carry a reassignment under way (adding and removing
+  replicas), absent meaning none;
 * RemoveTopicRecord drops the topic, its partitions and its config overrides;
 * ConfigRecord sets or deletes one key of a topic or broker resource;
 * RegisterBrokerRecord (re)registers a broker whose epoch is the record's offset;

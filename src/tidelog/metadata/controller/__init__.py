@@ -2,7 +2,9 @@
 
 Split by concern, as Kafka's controller is: :mod:`.topics` (topics and partitions),
 :mod:`.configs` (dynamic configs; describe), :mod:`.producer_ids`, :mod:`.cluster`
-(broker registration), :mod:`.scram` (SCRAM credentials). Each is a set of functions from a
+(broker registration), :mod:`.scram` (SCRAM credentials), and for replicas
+:mod:`.placement`, :mod:`.leaders`, :mod:`.isr` (AlterPartition), :mod:`.elections`
+(ElectLeaders, unclean election, rebalance) and :mod:`.reassignment` (KIP-455). Each is a set of functions from a
 :class:`~tidelog.metadata.controller.base.ControllerView` and a request to a
 :class:`~tidelog.metadata.controller.base.ControllerResult` (records to commit, reply to
 give once committed). :class:`~tidelog.metadata.controller.core.Controller` owns the one
