@@ -6,7 +6,8 @@ The broker runs with a PLAINTEXT listener for clients and a CONTROLLER listener
 (`controller.listener.names`). A pretend broker registers, is fenced until its heartbeat
 reports its registration's offset, is then listed in Metadata and DescribeCluster, takes
 leaderships, gives them back in a controlled shutdown, and is unregistered; another one
-stops heartbeating and is fenced when its session runs out.
+stops heartbeating and is fenced when its session runs out; another leads a partition and
+changes its ISR with AlterPartition.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import pytest
 from interop_broker import BrokerProcess, free_port, send_request, venv_bin
 from interop_data import wait_until
 from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+from kio.schema.alter_partition.v2 import request as alter_partition_v2
+from kio.schema.alter_partition.v3 import request as alter_partition_v3
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Listener
@@ -29,7 +32,7 @@ from kio.schema.describe_cluster.v2.request import DescribeClusterRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.types import BrokerId
 from kio.schema.unregister_broker.v0.request import UnregisterBrokerRequest
-from kio.static.primitive import i8, i16, i64, u16
+from kio.static.primitive import i8, i16, i32, i64, u16
 
 from tidelog.protocol import ApiKey, ErrorCode
 
@@ -147,6 +150,8 @@ MEMBERSHIP_APIS = {
     ApiKey.UNREGISTER_BROKER,
     ApiKey.ALLOCATE_PRODUCER_IDS,
 }
+#: Every API brokers send the controller: membership, and partition leaders' ISR changes.
+CONTROLLER_ONLY_APIS = MEMBERSHIP_APIS | {ApiKey.ALTER_PARTITION}
 
 
 def test_only_the_controller_listener_serves_and_lists_the_membership_apis(
@@ -154,10 +159,10 @@ def test_only_the_controller_listener_serves_and_lists_the_membership_apis(
 ) -> None:
     on_controller = advertised_apis(node.controller_port, node)
     on_broker = advertised_apis(node.port, node)
-    assert on_controller >= MEMBERSHIP_APIS
-    assert not MEMBERSHIP_APIS & on_broker
-    # What clients are offered is the same, plus the membership APIs on the controller side.
-    assert on_controller - on_broker == MEMBERSHIP_APIS
+    assert on_controller >= CONTROLLER_ONLY_APIS
+    assert not CONTROLLER_ONLY_APIS & on_broker
+    # What clients are offered is the same, plus what brokers send on the controller side.
+    assert on_controller - on_broker == CONTROLLER_ONLY_APIS
 
 
 def test_a_broker_registers_fenced_catches_up_and_shuts_down_in_a_controlled_way(
@@ -300,3 +305,89 @@ def test_a_registered_broker_gets_producer_id_blocks_on_the_controller_listener(
         assert int(stale.producer_id_len) == 0
     # Not an API clients are given.
     assert ApiKey.ALLOCATE_PRODUCER_IDS not in advertised_apis(node.port, node)
+
+
+def alter_partition(
+    broker_id: int,
+    broker_epoch: int,
+    topic_id: uuid.UUID,
+    epochs: tuple[int, int],
+    isr: list[int],
+    *,
+    version: int = 3,
+) -> Any:
+    """AlterPartition for partition 0 of ``topic_id`` at (leader epoch, partition epoch)."""
+    leader_epoch, partition_epoch = i32(epochs[0]), i32(epochs[1])
+    if version == 3:
+        v3 = alter_partition_v3
+        members = tuple(v3.BrokerState(broker_id=BrokerId(b)) for b in isr)
+        partition: Any = v3.PartitionData(
+            partition_index=i32(0),
+            leader_epoch=leader_epoch,
+            new_isr_with_epochs=members,
+            partition_epoch=partition_epoch,
+        )
+        topic: Any = v3.TopicData(topic_id=topic_id, partitions=(partition,))
+        return v3.AlterPartitionRequest(
+            broker_id=BrokerId(broker_id), broker_epoch=i64(broker_epoch), topics=(topic,)
+        )
+    v2 = alter_partition_v2
+    partition = v2.PartitionData(
+        partition_index=i32(0),
+        leader_epoch=leader_epoch,
+        new_isr=tuple(BrokerId(b) for b in isr),
+        partition_epoch=partition_epoch,
+    )
+    topic = v2.TopicData(topic_id=topic_id, partitions=(partition,))
+    return v2.AlterPartitionRequest(
+        broker_id=BrokerId(broker_id), broker_epoch=i64(broker_epoch), topics=(topic,)
+    )
+
+
+def test_a_partition_leader_changes_its_isr_with_alter_partition(
+    node: ControllerListenerBroker,
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    me = describe(node)
+    cluster_id, my_id = me.cluster_id, int(me.controller_id)
+    registered = node.to_controller(registration(10, cluster_id, uuid.uuid4()))
+    epoch = int(registered.broker_epoch)
+    assert not node.to_controller(heartbeat(10, epoch, epoch)).is_fenced
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 0})
+    admin.create_topics(
+        [NewTopic("isr-changes", num_partitions=1, replica_assignment=[[10, my_id]])]
+    )["isr-changes"].result(timeout=15)
+
+    def partition() -> Any:
+        (topic,) = [t for t in metadata(node).topics if t.name == "isr-changes"]
+        return topic.topic_id, topic.partitions[0]
+
+    topic_id, first = partition()
+    assert (int(first.leader_id), list(first.isr_nodes)) == (10, [10, my_id])
+
+    def answer(request: Any) -> Any:
+        # Keep broker 10 alive (and so the leader) through the test.
+        assert not node.to_controller(heartbeat(10, epoch, epoch)).is_fenced
+        response = node.to_controller(request)
+        assert response.error_code == ErrorCode.NONE.to_kio()
+        ((result,),) = [t.partitions for t in response.topics]
+        return result
+
+    shrunk = answer(alter_partition(10, epoch, topic_id, (0, 0), [10]))
+    assert shrunk.error_code == ErrorCode.NONE.to_kio()
+    assert (int(shrunk.leader_id), list(shrunk.isr), int(shrunk.partition_epoch)) == (10, [10], 1)
+    assert list(partition()[1].isr_nodes) == [10]
+    # The same change again carries a partition epoch that is no longer current.
+    late = answer(alter_partition(10, epoch, topic_id, (0, 0), [10]))
+    assert late.error_code == ErrorCode.INVALID_UPDATE_VERSION.to_kio()
+    stale = node.to_controller(alter_partition(10, epoch - 1, topic_id, (0, 1), [10, my_id]))
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH.to_kio()
+    expanded = answer(alter_partition(10, epoch, topic_id, (0, 1), [10, my_id], version=2))
+    assert expanded.error_code == ErrorCode.NONE.to_kio()
+    assert (list(expanded.isr), int(expanded.partition_epoch)) == ([10, my_id], 2)
+    assert list(partition()[1].isr_nodes) == [10, my_id]
+    unknown = answer(alter_partition(10, epoch, uuid.uuid4(), (0, 2), [10]))
+    assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_ID.to_kio()
+    # Not an API clients are given.
+    assert ApiKey.ALTER_PARTITION not in advertised_apis(node.port, node)
