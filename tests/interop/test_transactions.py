@@ -23,6 +23,13 @@ from interop_broker import BrokerProcess
 from interop_data import Rec, wait_until
 from java_harness import JavaClient, consume_step, produce_step, step, to_gots
 
+from tidelog.client import Admin as TidelogAdmin
+from tidelog.client import ClientError
+from tidelog.client import Consumer as TidelogConsumer
+from tidelog.client import Producer as TidelogProducer
+from tidelog.client import TopicPartition as TidelogTopicPartition
+from tidelog.protocol import ErrorCode
+
 TIMEOUT = 30.0
 KCAT = shutil.which("kcat") or "kcat"
 #: How often the broker looks for transactions past their timeout, in the tests that wait
@@ -478,3 +485,154 @@ def test_java_admin_lists_and_describes_transactions(
         assert described[done_id]["partitions"] == []
     finally:
         ongoing.abort_transaction(TIMEOUT)
+
+
+# -- the Tidelog client --------------------------------------------------------------------
+
+
+def tidelog_txn_producer(broker: BrokerProcess, transactional_id: str) -> TidelogProducer:
+    producer = TidelogProducer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id}
+    )
+    try:
+        producer.init_transactions(TIMEOUT)
+    except BaseException:
+        producer.close()
+        raise
+    return producer
+
+
+def tidelog_read_committed(broker: BrokerProcess, topic: str, partitions: int) -> list[str]:
+    """Every value the Tidelog consumer reads with read_committed up to the LSO, sorted."""
+    tps = [TidelogTopicPartition(topic, p) for p in range(partitions)]
+    with TidelogAdmin({"bootstrap.servers": broker.bootstrap}) as admin:
+        ends = admin.list_offsets(dict.fromkeys(tps, "latest"), isolation_level="read_committed")
+    consumer = TidelogConsumer(
+        {"bootstrap.servers": broker.bootstrap, "isolation.level": "read_committed"}
+    )
+    got: list[str] = []
+    try:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + TIMEOUT
+        while any(consumer.position(tp) < ends[tp].offset for tp in tps):
+            assert time.monotonic() < deadline, f"{topic}: read {got}"
+            got += [record.value.decode() for record in consumer.poll(0.5) if record.value]
+    finally:
+        consumer.close()
+    return sorted(got)
+
+
+def test_tidelog_client_commit_then_abort(broker: BrokerProcess, topic_name: str) -> None:
+    create_topic(broker, topic_name, SPAN)
+    committed, aborted = committed_and_aborted("tl")
+    producer = tidelog_txn_producer(broker, f"{topic_name}-tx")
+    try:
+        with pytest.raises(ClientError, match="only inside a transaction"):
+            producer.send(topic_name, b"outside")
+        producer.begin_transaction()
+        for i, value in enumerate(committed):
+            producer.send(topic_name, value.encode(), partition=i % SPAN)
+        producer.commit_transaction(TIMEOUT)
+        producer.begin_transaction()
+        futures = [
+            producer.send(topic_name, value.encode(), partition=i % SPAN)
+            for i, value in enumerate(aborted)
+        ]
+        assert producer.flush(TIMEOUT) == 0
+        assert all(f.result().offset >= 0 for f in futures)  # written, then aborted
+        producer.abort_transaction(TIMEOUT)
+    finally:
+        producer.close()
+    expected = by_partition(committed, SPAN)
+    assert read_values(broker, topic_name, SPAN) == expected
+    assert kcat_read_committed(broker, topic_name) == sorted(expected)
+    assert tidelog_read_committed(broker, topic_name, SPAN) == sorted(expected)
+    uncommitted = read_values(broker, topic_name, SPAN, committed=False)
+    assert sorted(uncommitted) == sorted(committed + aborted)
+
+
+def test_tidelog_client_offsets_count_only_when_the_transaction_commits(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker, topic_name, 1)
+    create_topic(broker, f"{topic_name}-in", 1)
+    group, source = f"{topic_name}-g", TidelogTopicPartition(f"{topic_name}-in", 0)
+    producer = tidelog_txn_producer(broker, f"{topic_name}-etl")
+    try:
+        producer.begin_transaction()
+        producer.send(topic_name, b"out-aborted", partition=0)
+        producer.send_offsets_to_transaction({source: 5}, group, TIMEOUT)
+        producer.abort_transaction(TIMEOUT)
+        with TidelogAdmin({"bootstrap.servers": broker.bootstrap}) as admin:
+            assert admin.list_consumer_group_offsets(group, [source]) == {source: None}
+        producer.begin_transaction()
+        producer.send(topic_name, b"out-committed", partition=0)
+        producer.send_offsets_to_transaction({source: 7}, group, TIMEOUT)
+        producer.commit_transaction(TIMEOUT)
+    finally:
+        producer.close()
+    with TidelogAdmin({"bootstrap.servers": broker.bootstrap}) as admin:
+        offsets = admin.list_consumer_group_offsets(group, [source])
+    assert offsets[source] is not None and offsets[source].offset == 7
+    assert read_values(broker, topic_name, 1) == ["out-committed"]
+
+
+def test_tidelog_client_second_producer_fences_the_first(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    create_topic(broker, topic_name, 1)
+    tid = f"{topic_name}-zombie"
+    zombie = tidelog_txn_producer(broker, tid)
+    successor = None
+    try:
+        zombie.begin_transaction()
+        zombie.send(topic_name, b"zombie-0", partition=0)
+        assert zombie.flush(TIMEOUT) == 0
+        successor = tidelog_txn_producer(broker, tid)  # aborts the zombie's transaction
+        successor.begin_transaction()
+        successor.send(topic_name, b"new-0", partition=0)
+        successor.commit_transaction(TIMEOUT)
+        with pytest.raises(ClientError) as raised:
+            zombie.commit_transaction(TIMEOUT)
+        fenced = {ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH}
+        assert raised.value.code in fenced, raised.value
+        # Fenced is final: nothing but close is left.
+        with pytest.raises(ClientError) as again:
+            zombie.begin_transaction()
+        assert again.value.code in fenced
+    finally:
+        zombie.close()
+        if successor is not None:
+            successor.close()
+    assert read_values(broker, topic_name, 1) == ["new-0"]
+
+
+def test_tidelog_client_a_failed_record_makes_the_transaction_abort_only(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """A record the broker refuses (too large for the topic) fails the transaction: commit
+    raises, abort ends it, and the producer goes on with its next transaction."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    small = NewTopic(topic_name, 1, 1, config={"max.message.bytes": "2000"})
+    admin.create_topics([small], operation_timeout=TIMEOUT)[topic_name].result(TIMEOUT)
+    producer = tidelog_txn_producer(broker, f"{topic_name}-tx")
+    try:
+        producer.begin_transaction()
+        producer.send(topic_name, b"fits", partition=0)
+        too_large = producer.send(topic_name, b"x" * 5000, partition=0)
+        with pytest.raises(ClientError) as failed:
+            too_large.result(TIMEOUT)
+        assert failed.value.code is ErrorCode.MESSAGE_TOO_LARGE
+        with pytest.raises(ClientError) as refused:
+            producer.commit_transaction(TIMEOUT)
+        assert refused.value.code is ErrorCode.MESSAGE_TOO_LARGE
+        producer.abort_transaction(TIMEOUT)
+        producer.begin_transaction()
+        producer.send(topic_name, b"next", partition=0)
+        producer.commit_transaction(TIMEOUT)
+    finally:
+        producer.close()
+    assert read_values(broker, topic_name, 1) == ["next"]
+    assert tidelog_read_committed(broker, topic_name, 1) == ["next"]

@@ -158,6 +158,8 @@ PRODUCER = _keys(
     Key("partitioner.class", None, _optional_callable),
     Key("key.serializer", None, _optional_callable),
     Key("value.serializer", None, _optional_callable),
+    Key("transactional.id", None, _optional_str),
+    Key("transaction.timeout.ms", 60_000, _positive),
 )
 
 # Assignor names, and the Java class names that configurations written for Kafka's own

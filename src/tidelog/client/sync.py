@@ -190,6 +190,28 @@ class Producer(_Facade):
     def idempotent(self) -> bool:
         return self._core.idempotent
 
+    # -- transactions (transactional.id; docs/transactions.md §10) ---------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._run(self._core.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._run(_call(self._core.begin_transaction))
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_id: str,
+        timeout: float | None = None,
+    ) -> None:
+        self._run(self._core.send_offsets_to_transaction(dict(offsets), group_id, timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._run(self._core.commit_transaction(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._run(self._core.abort_transaction(timeout))
+
     def close(self, timeout: float | None = None) -> None:
         if self._closed:
             return

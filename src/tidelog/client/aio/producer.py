@@ -68,6 +68,13 @@ across retries; up to five batches per partition are in flight. Per partition (K
 Without idempotence a partition also pipelines up to ``max.in.flight.requests.per.connection``
 batches, and a retry may then reorder records, as in Kafka.
 
+Transactions (``transactional.id``)
+-----------------------------------
+:mod:`tidelog.client.aio.transactions` holds the state; the producer refuses records
+outside a transaction, holds a partition's batches until AddPartitionsToTxn added it,
+sets the transactional bit on every batch, names the id in Produce, and never bumps its
+epoch itself: a sequence gap makes the transaction abort-only instead.
+
 Failures
 --------
 A batch not acknowledged within ``delivery.timeout.ms`` of its creation fails with
@@ -92,6 +99,7 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import accumulate
 from typing import Any, Protocol, cast
 
+from tidelog.client.aio.transactions import TransactionManager
 from tidelog.client.cluster import STALE_METADATA_CODES, ClusterClient, TopicInfo
 from tidelog.client.config import parse_config
 from tidelog.client.connection import Connection
@@ -102,11 +110,13 @@ from tidelog.client.errors import (
     ConfigError,
     broker_error,
 )
+from tidelog.client.groups import OffsetAndMetadata
 from tidelog.client.messages import epoch_millis
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 from tidelog.client.types import RecordMetadata, TopicPartition
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.records import Compression, compress, seal_batch
+from tidelog.records.batch import TRANSACTIONAL_MASK
 from tidelog.records.varint import SMALL_VARINT_LIMIT, SMALL_VARINTS, varlong_bytes
 
 log = logging.getLogger(__name__)
@@ -768,7 +778,14 @@ class _Batch:
             self.values = []
             self.keys = self.headers = None
 
-    def frame(self, compression: Compression, producer_id: int, epoch: int, seq: int) -> bytes:
+    def frame(
+        self,
+        compression: Compression,
+        producer_id: int,
+        epoch: int,
+        seq: int,
+        attributes: int = 0,
+    ) -> bytes:
         """The batch as sent: header for these producer fields + payload, CRC computed."""
         payload = self.payload
         assert payload is not None
@@ -785,6 +802,7 @@ class _Batch:
             base_timestamp=self.ts_values[0],
             max_timestamp=max(self.ts_values),
             compression=compression,
+            attributes=attributes,
             precompressed=True,
             producer_id=producer_id,
             producer_epoch=epoch,
@@ -1040,6 +1058,18 @@ class AIOProducer:
         self._need_bump = False
         self._initializing = False
         self._init_error: ClientError | None = None
+        # Transactions (transactional.id): records are refused outside a transaction.
+        self._txn: TransactionManager | None = None
+        self.refusing_records = False
+        transactional_id = c["transactional.id"]
+        if transactional_id is not None:
+            if not self._idempotent:
+                raise ConfigError(
+                    "transactional.id needs idempotence: enable.idempotence=true, acks=all, "
+                    "retries > 0, max.in.flight.requests.per.connection <= 5"
+                )
+            self._txn = TransactionManager(self, transactional_id, c["transaction.timeout.ms"])
+            self.refusing_records = True
 
     @staticmethod
     def _check_idempotence(c: Mapping[str, Any], explicit: bool) -> bool:
@@ -1090,6 +1120,8 @@ class AIOProducer:
         ``buffer.memory`` (safe to call from any thread)."""
         if self._closing or self._closed:
             raise ClientClosedError("the producer is closed")
+        if self.refusing_records and self._txn is not None:
+            raise self._txn.refusal()
         if type(topic) is not str or not topic:
             raise TypeError("topic must be a non-empty str")
         if self._key_serializer is not None:
@@ -1242,6 +1274,7 @@ class AIOProducer:
                 or type(topic) is not str
                 or not topic
                 or self._refusing
+                or self.refusing_records
             ):
                 if self._refusing:
                     raise ClientClosedError("the producer is closed")
@@ -1655,11 +1688,23 @@ class AIOProducer:
         next_check: float | None = None
         missing_leader = False
         blocked = False
+        txn = self._txn
+        if txn is not None and self._need_bump:
+            # Sequences of the transaction have a gap: only an abort (which then bumps the
+            # epoch through the coordinator) can go on.
+            txn.record_failed(
+                ClientError("a batch's sequence was lost: the transaction must be aborted")
+            )
         if self._idempotent and (self.producer_id < 0 or self._need_bump):
             # Nothing new goes out until there is a producer id (and, for a bump, until
-            # every request in flight has been answered).
+            # every request in flight has been answered). A transactional producer's id
+            # comes from init_transactions only.
             blocked = True
-            if not self._initializing and not (self._need_bump and self._any_in_flight()):
+            if (
+                txn is None
+                and not self._initializing
+                and not (self._need_bump and self._any_in_flight())
+            ):
                 self._initializing = True
                 self._spawn(self._init_producer_id())
         by_leader: dict[int, list[list[_Batch]]] = {}
@@ -1670,6 +1715,8 @@ class AIOProducer:
                 continue
             if blocked:
                 continue
+            if txn is not None and not txn.may_send(tp):
+                continue  # its partition is being added to the transaction
             rounds = 0
             while len(state.in_flight) < self._max_in_flight:
                 batch = state.queue[0] if state.queue else state.open
@@ -1736,7 +1783,8 @@ class AIOProducer:
             state.window.append(batch)
         else:
             seq = batch.base_seq
-        batch.frame(self._compression, self.producer_id, self.producer_epoch, seq)
+        attributes = TRANSACTIONAL_MASK if self._txn is not None else 0
+        batch.frame(self._compression, self.producer_id, self.producer_epoch, seq, attributes)
 
     def _send_request(self, leader: int, batches: list[_Batch]) -> None:
         request: list[_Batch] = []
@@ -1887,7 +1935,7 @@ class AIOProducer:
             for b in batches:
                 by_topic[b.tp.topic].append({"index": b.tp.partition, "records": b.data})
             values = {
-                "transactional_id": None,
+                "transactional_id": None if self._txn is None else self._txn.transactional_id,
                 "acks": self._acks,
                 "timeout": self._request_timeout_ms,
                 "topic_data": [
@@ -2015,6 +2063,8 @@ class AIOProducer:
         self._fail(batch, error)
 
     def _fail(self, batch: _Batch, error: ClientError) -> None:
+        if self._txn is not None and not self._closed:
+            self._txn.record_failed(error)
         self.buffer.release(batch.reserved)
         batch.reserved = 0
         if batch.parts:
@@ -2054,6 +2104,92 @@ class AIOProducer:
             callback(error, md)
         except Exception:
             log.exception("on_delivery callback raised")
+
+    # -- transactions (see tidelog.client.aio.transactions) ----------------------------------
+
+    def _transactional(self) -> TransactionManager:
+        if self._txn is None:
+            raise ClientError("transactions need transactional.id")
+        if self._closing or self._closed:
+            raise ClientClosedError("the producer is closed")
+        return self._txn
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the transactional id's producer id and epoch from its coordinator, which
+        fences every older producer of the id and ends its open transaction."""
+        txn = self._transactional()
+        if self._sender is None:
+            self._start(asyncio.get_running_loop())
+        await txn.init(self._max_block if timeout is None else timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactional().begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group_id: str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` for ``group_id`` as part of the transaction: they count only
+        if it commits."""
+        txn = self._transactional()
+        await txn.send_offsets(offsets, group_id, self._max_block if timeout is None else timeout)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it."""
+        while self._inbox:
+            self._take_inbox()
+        txn = self._transactional()
+        await txn.commit(self._max_block if timeout is None else timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Fail the records not sent yet and abort the transaction."""
+        while self._inbox:
+            self._take_inbox()
+        txn = self._transactional()
+        await txn.abort(self._max_block if timeout is None else timeout)
+
+    @property
+    def retry_backoff(self) -> float:
+        return float(self._backoff)
+
+    @property
+    def delivery_timeout(self) -> float:
+        return float(self._delivery_timeout)
+
+    @property
+    def needs_new_sequences(self) -> bool:
+        return self._need_bump
+
+    def wake(self) -> None:
+        self._wake()
+
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as one of the producer's tasks (cancelled by close)."""
+        self._spawn(coro)
+
+    def set_producer(self, producer_id: int, epoch: int) -> None:
+        self._set_producer(producer_id, epoch)
+        self._wake()
+
+    def fail_unsent(self, error: ClientError) -> None:
+        """Fail every record not in flight (a transaction that can only be aborted)."""
+        while self._inbox:
+            self._take_inbox()
+        for state in self._states.values():
+            unsent = [b for b in (state.open, *state.queue) if b is not None]
+            state.open = None
+            state.queue.clear()
+            for batch in unsent:
+                if batch.payload is not None and batch.epoch == self.producer_epoch:
+                    self._need_bump = True  # its sequence was taken: a gap now
+                self._fail(batch, error)
+        for items in self._waiting.values():
+            for item in items:
+                self.buffer.release(item[8])
+                self._resolve(item[7], item[6], error)
+        self._waiting.clear()
 
     # -- flush and close ---------------------------------------------------------------------
 
