@@ -17,8 +17,9 @@ Leader
 Acknowledged offset
     With ``ack_after_fsync`` (the default, our durability promise) a replica counts only what
     it has fsynced: the leader its own ``recovery_point``, a follower its fetch offset, because
-    a follower in this mode appends with ``durable=True`` before it fetches again, so the
-    offset it fetches from is fsynced on its disk. Kafka's wire protocol has no field for a
+    a follower in this mode fsyncs its log when it becomes a follower and appends with
+    ``durable=True`` before it fetches again, so the offset it fetches from is fsynced on its
+    disk. Kafka's wire protocol has no field for a
     flushed offset; this keeps the Fetch request unchanged. Without ``ack_after_fsync``
     (Kafka's behaviour) the leader counts its log end offset and followers append without
     fsync: replicated to memory, flushed later.
@@ -245,6 +246,10 @@ class Replica:
         self._followers = {}
         self._inflight = None
         self._high_watermark = min(self.log.high_watermark, self.log.log_end_offset)
+        if self.config.ack_after_fsync:
+            # The offset a follower fetches from is what the leader counts as fsynced here;
+            # what it wrote as a leader (acks=1 appends) may not be yet.
+            self.log.sync()
 
     def apply_partition_state(
         self,
@@ -280,10 +285,12 @@ class Replica:
             self.replicas, self.isr = tuple(replicas), tuple(isr)
         return True
 
-    def on_alter_partition_error(self, error: ErrorCode) -> None:
-        """The controller refused the change in flight (a stale partition epoch, a replica
-        it will not add): drop it; the next image or poll decides again."""
-        self._inflight = None
+    def on_alter_partition_error(self, intent: AlterPartitionIntent, error: ErrorCode) -> None:
+        """The controller refused ``intent`` (a stale partition epoch, a replica it will not
+        add): when it is the change in flight, drop it; the next image or poll decides
+        again. An answer to an earlier intent changes nothing."""
+        if intent == self._inflight:
+            self._inflight = None
 
     def _apply_isr(self, partition_epoch: int, replicas: Sequence[int], isr: Sequence[int]) -> None:
         self.partition_epoch = partition_epoch
@@ -416,24 +423,18 @@ class Replica:
             return FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, self.leader_epoch)
         leader_end = self.log.log_end_offset
         diverging = self.diverging_epoch(request.fetch_offset, request.last_fetched_epoch)
-        if diverging is not None:
-            return FetchAnswer(
-                ErrorCode.NONE,
-                self.leader_epoch,
-                self._high_watermark,
-                leader_end,
-                diverging=diverging,
-                fetch_offset=request.fetch_offset,
-            )
-        if not self.log.log_start_offset <= request.fetch_offset <= leader_end:
-            return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, self.leader_epoch)
-        self._record_follower_position(state, request.fetch_offset, leader_end, now_ms)
-        records = self.log.read_bytes(request.fetch_offset, self.config.replica_fetch_max_bytes)
+        records = b""
+        if diverging is None:
+            if not self.log.log_start_offset <= request.fetch_offset <= leader_end:
+                return FetchAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, self.leader_epoch)
+            self._record_follower_position(state, request.fetch_offset, leader_end, now_ms)
+            records = self.log.read_bytes(request.fetch_offset, self.config.replica_fetch_max_bytes)
         return FetchAnswer(
             ErrorCode.NONE,
             self.leader_epoch,
             self._high_watermark,
             leader_end,
+            diverging=diverging,
             records=records,
             fetch_offset=request.fetch_offset,
         )

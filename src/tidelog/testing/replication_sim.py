@@ -16,7 +16,8 @@ again and elects it where it is the only live ISR member of a leaderless partiti
 AlterPartition with Kafka's fencing (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION for a stale
 partition epoch, INELIGIBLE_REPLICA for a fenced broker joining the ISR) and publishes every
 partition state to the brokers over the network; a broker applies only newer states. Unclean
-election is never used. Everything the controller does goes through :class:`SimController`, so
+election is never used. (The real controller's AlterPartition is
+``tidelog.metadata.controller.isr``; the model answers as it does.) Everything the controller does goes through :class:`SimController`, so
 the real controller can replace it later.
 
 Producers send acks=all writes (and some acks=1 ones, which are never fsynced by the leader
@@ -33,7 +34,8 @@ After every event the checker verifies:
 - every new leader holds the whole committed history;
 - a leader's high watermark never goes backwards within its epoch;
 - every entry below a leader's high watermark is fsynced on at least
-  ``min.insync.replicas`` replicas (the promise of ``ack_after_fsync``);
+  ``min.insync.replicas`` replicas (the promise of ``ack_after_fsync``; in Kafka's mode, which
+  every fourth seed runs, held in memory);
 - every acknowledged acks=all write is in the committed history at the acknowledged offset,
   so, with the two rules above, it is never lost.
 
@@ -81,11 +83,17 @@ class SimOptions:
     mutant: str | None = None
     fault_ms: int = 4000
     liveness_ms: int = 20000
+    #: Kafka's acknowledgement (replicated to memory, ``ack_after_fsync`` off). Its crashes
+    #: are process kills that keep the page cache: it makes no promise against power loss.
+    kafka_acks: bool = False
 
     @staticmethod
     def for_seed(seed: int, mutant: str | None = None) -> SimOptions:
-        """The cluster a soak uses for ``seed``: 3 or 5 brokers."""
-        return SimOptions(seed, brokers=3 if seed % 2 == 0 else 5, mutant=mutant)
+        """The cluster a soak uses for ``seed``: 3 or 5 brokers, every fourth seed in Kafka's
+        acknowledgement mode."""
+        return SimOptions(
+            seed, brokers=3 if seed % 2 == 0 else 5, mutant=mutant, kafka_acks=seed % 4 == 3
+        )
 
     def replay_command(self) -> str:
         command = (
@@ -94,6 +102,8 @@ class SimOptions:
         )
         if self.mutant is not None:
             command += f" --mutant {self.mutant}"
+        if self.kafka_acks:
+            command += " --kafka-acks"
         return command
 
 
@@ -135,6 +145,7 @@ class _FetchExchange:
 
 @dataclass(frozen=True)
 class _AlterAnswer:
+    intent: AlterPartitionIntent
     error: ErrorCode
     state: PartitionState
 
@@ -183,8 +194,11 @@ class SimController:
         return changed
 
     def alter_partition(self, partition: int, intent: AlterPartitionIntent) -> ErrorCode:
+        """The checks of tidelog.metadata.controller.isr, in Kafka's order."""
         state = self.states[partition]
-        if intent.broker_id != state.leader or intent.leader_epoch != state.leader_epoch:
+        if intent.broker_id != state.leader:
+            return ErrorCode.INVALID_REQUEST
+        if intent.leader_epoch != state.leader_epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
         if intent.partition_epoch != state.partition_epoch:
             return ErrorCode.INVALID_UPDATE_VERSION
@@ -292,6 +306,7 @@ class ReplicationSimulation:
             min_insync_replicas=self.options.min_insync_replicas,
             replica_lag_time_max_ms=self.lag_max_ms,
             replica_fetch_max_bytes=self.fetch_max_bytes,
+            ack_after_fsync=not self.options.kafka_acks,
         )
 
     def _start(self, broker_id: int, *, again: bool = True) -> None:
@@ -324,7 +339,7 @@ class ReplicationSimulation:
         broker.up = False
         broker.replicas = {}
         for log in broker.logs.values():
-            log.crash()
+            log.crash(lose_unflushed=not self.options.kafka_acks)
         self.pending = {k: v for k, v in self.pending.items() if k[0] != broker_id}
 
     def _apply_state(self, broker_id: int, partition: int, state: PartitionState) -> None:
@@ -406,12 +421,15 @@ class ReplicationSimulation:
             if applied and (answer.records or answer.diverging is not None):
                 self._fetch(broker, partition, replica)
         elif message.kind == "alter-answer":
-            assert isinstance(message.body, _AlterAnswer)
+            reply = message.body
+            assert isinstance(reply, _AlterAnswer)
+            if replica.alter_partition_in_flight != reply.intent:
+                return  # the answer to an earlier request, or to another incarnation
             broker.alter_sent.pop(partition, None)
-            if message.body.error is ErrorCode.NONE:
-                self._apply_state(broker.broker_id, partition, message.body.state)
+            if reply.error is ErrorCode.NONE:
+                self._apply_state(broker.broker_id, partition, reply.state)
             else:
-                replica.on_alter_partition_error(message.body.error)
+                replica.on_alter_partition_error(reply.intent, reply.error)
 
     def _controller_receive(self, message: Message) -> None:
         assert message.kind == "alter" and isinstance(message.body, AlterPartitionIntent)
@@ -423,7 +441,11 @@ class ReplicationSimulation:
         )
         self._send(
             Message(
-                "alter-answer", CONTROLLER, message.source, partition, _AlterAnswer(error, snapshot)
+                "alter-answer",
+                CONTROLLER,
+                message.source,
+                partition,
+                _AlterAnswer(message.body, error, snapshot),
             )
         )
         if error is ErrorCode.NONE:
@@ -453,13 +475,11 @@ class ReplicationSimulation:
             ):
                 self._fetch(broker, partition, replica)
             self._after(broker_id, partition)
+            # AlterPartition is retried until answered (requests and answers get lost).
             intent = replica.alter_partition_in_flight
             sent = broker.alter_sent.get(partition)
-            if (
-                intent is not None
-                and sent is not None
-                and sent[0] is intent
-                and self.now - sent[1] >= _ALTER_RETRY_MS
+            if intent is not None and (
+                sent is None or sent[0] != intent or self.now - sent[1] >= _ALTER_RETRY_MS
             ):
                 broker.alter_sent[partition] = (intent, self.now)
                 self._send(Message("alter", broker_id, CONTROLLER, partition, intent))
@@ -761,7 +781,10 @@ class ReplicationSimulation:
         holders = 0
         for broker in self.brokers.values():
             other = broker.logs.get(partition)
-            if other is None or other.recovery_point < hw:
+            if other is None:
+                continue
+            kept = other.log_end_offset if self.options.kafka_acks else other.recovery_point
+            if kept < hw:
                 continue
             held = other.batch_at(hw - 1)
             if held is not None and batch_identity(held[3]) == ident:
@@ -786,6 +809,12 @@ def _main(argv: list[str] | None = None) -> int:
         mutants=MUTANTS,
     )
     parser.add_argument("--brokers", type=int, choices=(3, 5), help="by default from the seed")
+    parser.add_argument(
+        "--kafka-acks",
+        action="store_true",
+        default=None,
+        help="Kafka's acknowledgement (no fsync); by default from the seed",
+    )
     args = parser.parse_args(argv)
     seeds = seeds_of(parser, args)
 
@@ -796,6 +825,7 @@ def _main(argv: list[str] | None = None) -> int:
             brokers=base.brokers if args.brokers is None else args.brokers,
             mutant=args.mutant,
             fault_ms=args.fault_ms,
+            kafka_acks=base.kafka_acks if args.kafka_acks is None else args.kafka_acks,
         )
 
     return run_seeds(

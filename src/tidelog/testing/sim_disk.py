@@ -356,9 +356,16 @@ class SimReplicaLog:
         self._flushed = self._end
         self._hw_checkpoint = self._hw
 
-    def crash(self) -> None:
-        """Lose what was not fsynced; the high watermark is the last checkpointed one."""
-        self.truncate_to(self._flushed)
+    def sync(self) -> bool:
+        synced = self._flushed < self._end
+        self.flush()
+        return synced
+
+    def crash(self, *, lose_unflushed: bool = True) -> None:
+        """Lose what was not fsynced (unless the OS survived: a process kill keeps the page
+        cache); the high watermark is the last checkpointed one."""
+        if lose_unflushed:
+            self.truncate_to(self._flushed)
         self._hw = min(self._hw_checkpoint, self._end)
 
 

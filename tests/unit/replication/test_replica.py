@@ -205,8 +205,12 @@ def test_a_follower_that_reaches_the_high_watermark_is_proposed_into_the_isr() -
     fetch(replica, 3, 4, 5, now=20)
     effects = replica.poll(20)
     assert effects.alter_partition == AlterPartitionIntent(1, 5, 10, (1, 2, 3))
+    # A refusal of an earlier change is not about this one.
+    stale = AlterPartitionIntent(1, 5, 9, (1, 2, 3))
+    replica.on_alter_partition_error(stale, ErrorCode.INVALID_UPDATE_VERSION)
+    assert replica.alter_partition_in_flight == effects.alter_partition
     # A refused change is dropped, so the next poll proposes again.
-    replica.on_alter_partition_error(ErrorCode.INVALID_UPDATE_VERSION)
+    replica.on_alter_partition_error(effects.alter_partition, ErrorCode.INVALID_UPDATE_VERSION)
     assert replica.poll(30).alter_partition == AlterPartitionIntent(1, 5, 10, (1, 2, 3))
 
 
@@ -378,3 +382,14 @@ def test_a_former_leader_that_wrote_nothing_in_its_epoch_converges() -> None:
     again = replica.next_fetch()
     assert again == FetchRequest(2, 1, 5, 3, 1)
     assert primary.on_follower_fetch(again, 0).diverging is None
+
+
+def test_a_former_leader_fsyncs_what_it_holds_before_it_fetches_as_a_follower() -> None:
+    log = log_with([(5, 2)])
+    replica = leader(log, isr=(1, 2))
+    replica.append(batch(), acks=1, now_ms=0, timeout_ms=1000)  # not fsynced
+    assert log.recovery_point == 2
+    replica.become_follower(2, 6, 11)
+    # Its next fetch offset (3) is what the new leader will count as fsynced.
+    assert log.recovery_point == 3
+    assert replica.next_fetch() == FetchRequest(1, 2, 6, 3, 5)
