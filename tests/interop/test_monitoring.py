@@ -351,6 +351,7 @@ def test_examples_use_only_names_the_broker_exports(monitored: Monitored, topic_
         "kafka_consumergroup_lag_sum",
         "kafka_network_request_errors_total",
         "kafka_log_flush_time_seconds_bucket",
+        "kafka_network_processor_avg_idle_ratio",
     ):
         assert name in rule_names
     for name in (
@@ -360,5 +361,10 @@ def test_examples_use_only_names_the_broker_exports(monitored: Monitored, topic_
         "kafka_server_bytes_out_total",
         "kafka_log_size_bytes",
         "kafka_consumergroup_lag",
+        "kafka_consumergroup_lag_seconds",
+        "kafka_network_request_queue_size",
+        "kafka_network_request_queue_time_seconds_bucket",
+        "kafka_coordinator_transaction_completed_total",
+        "kafka_coordinator_transaction_transactions",
     ):
         assert name in dashboard_names

@@ -771,8 +771,15 @@ def _timestamp_at(log: Any, offset: int) -> int | None:
     return header.max_timestamp if header.is_log_append_time else header.base_timestamp
 
 
+#: States given a series even at 0, so that a rule or a panel on one never sees it absent.
+_GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+_TXN_STATES = (
+    "Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+)  # fmt: skip
+
+
 def coordinator_families(state: ScrapeState) -> Iterable[Metric]:
-    by_state: dict[str, int] = {}
+    by_state = dict.fromkeys(_GROUP_STATES, 0)
     for g in state.groups:
         by_state[g.state] = by_state.get(g.state, 0) + 1
     groups = GaugeMetricFamily(
@@ -796,7 +803,7 @@ def coordinator_families(state: ScrapeState) -> Iterable[Metric]:
         "Transactional ids this broker coordinates, by state (Ongoing: a transaction is open).",
         labels=["state"],
     )
-    for name, count in sorted(txn.states.items()):
+    for name, count in sorted({**dict.fromkeys(_TXN_STATES, 0), **txn.states}.items()):
         transactions.add_metric([name], count)
     completed = CounterMetricFamily(
         "kafka_coordinator_transaction_completed",

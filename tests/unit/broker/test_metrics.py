@@ -388,9 +388,11 @@ def test_quorum_and_coordinator_figures() -> None:
     assert value(sample, "kafka_server_metadata_last_applied_offset") == 117
     assert value(sample, "kafka_server_metadata_apply_lag") == 2  # offsets 118 and 119
     assert value(sample, "kafka_coordinator_group_groups", state="Stable") == 2
+    assert value(sample, "kafka_coordinator_group_groups", state="Empty") == 0
     assert value(sample, "kafka_coordinator_group_partitions_loading") == 3
     txn = "kafka_coordinator_transaction"
     assert value(sample, f"{txn}_transactions", state="Ongoing") == 2
+    assert value(sample, f"{txn}_transactions", state="PrepareCommit") == 0
     assert value(sample, f"{txn}_completed_total", result="commit") == 5
     assert value(sample, f"{txn}_completed_total", result="abort") == 1
     assert value(sample, f"{txn}_timed_out_total") == 1
