@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from interop_broker import BrokerProcess
+from interop_certs import make_certificates
 from java_harness import JavaClient
 
 
@@ -60,6 +61,12 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses: the test's name plus a random suffix."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:120]
     return f"it-{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A test CA with broker and client certificates (made with `openssl`)."""
+    return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="session")

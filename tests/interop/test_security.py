@@ -39,7 +39,6 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from interop_broker import BrokerProcess, free_port, venv_bin
-from interop_certs import make_certificates
 from interop_data import Got, Rec, assert_read_back, base_timestamp, wait_until
 from java_harness import JavaClient, JavaClientError, consume_step, produce_step, step, to_gots
 
@@ -96,11 +95,6 @@ class SecureBroker(BrokerProcess):
         for key, value in overrides.items():
             command += ["--override", f"{key}={value}"]
         return [*command, "--log-level", "DEBUG"]
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

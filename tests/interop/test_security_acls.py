@@ -33,7 +33,6 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from interop_certs import make_certificates
 from interop_data import assert_read_back, wait_until
 from java_harness import JavaClient, JavaClientError, consume_step, produce_step
 from test_security import (
@@ -80,11 +79,6 @@ def _acl(
         operation,
         AclPermissionType.ALLOW,
     )
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

@@ -125,6 +125,21 @@ def list_offsets_request(name: str) -> Any:
     )
 
 
+def create_acls_request(topic: str) -> Any:
+    """CreateAcls v3 of one ACL: alice may do everything on ``topic``."""
+    module = schema("create_acls", 3)
+    creation = module.AclCreation(
+        resource_type=int(TOPIC),
+        resource_name=topic,
+        resource_pattern_type=int(LITERAL),
+        principal="User:alice",
+        host="*",
+        operation=int(Op.ALL),
+        permission_type=int(ALLOW),
+    )
+    return module.CreateAclsRequest(creations=(creation,))
+
+
 def produce_errors(response: Any) -> dict[str, int]:
     return {t.name: p.error_code for t in response.responses for p in t.partition_responses}
 
@@ -437,16 +452,7 @@ def test_acl_apis_need_describe_and_alter_on_the_cluster(start_admin_broker: Any
     assert send(broker, ALICE, ApiKey.DESCRIBE_ACLS, 3, everything).error_code == (
         E.CLUSTER_AUTHORIZATION_FAILED
     )
-    creation = schema("create_acls", 3).AclCreation(
-        resource_type=2,
-        resource_name="orders",
-        resource_pattern_type=3,
-        principal="User:alice",
-        host="*",
-        operation=int(Op.ALL),
-        permission_type=int(ALLOW),
-    )
-    request = schema("create_acls", 3).CreateAclsRequest(creations=(creation,))
+    request = create_acls_request("orders")
     [result] = send(broker, ALICE, ApiKey.CREATE_ACLS, 3, request).results
     assert result.error_code == E.CLUSTER_AUTHORIZATION_FAILED
     assert dict(broker.image.acls) == {}
@@ -812,16 +818,7 @@ def test_a_forwarded_request_carries_only_what_the_client_may_do(start_admin_bro
     only_ops = create_topics_request(7, [{"name": "ops"}])
     [refused] = forward(BOB, ApiKey.CREATE_TOPICS, 7, only_ops).topics
     assert refused.error_code == E.TOPIC_AUTHORIZATION_FAILED
-    creation = schema("create_acls", 3).AclCreation(
-        resource_type=2,
-        resource_name="ops",
-        resource_pattern_type=3,
-        principal="User:alice",
-        host="*",
-        operation=int(Op.ALL),
-        permission_type=int(ALLOW),
-    )
-    acls = schema("create_acls", 3).CreateAclsRequest(creations=(creation,))
+    acls = create_acls_request("ops")
     [result] = forward(ALICE, ApiKey.CREATE_ACLS, 3, acls).results
     assert result.error_code == E.CLUSTER_AUTHORIZATION_FAILED
     assert forwarded == []
