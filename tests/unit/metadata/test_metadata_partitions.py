@@ -10,10 +10,14 @@ import logging
 import uuid
 
 import pytest
-from metadata_helpers import Cluster, ControllerFactory
+from metadata_helpers import Cluster, ControllerFactory, FakeClock
 
 from tidelog.metadata.controller import NewTopic, topics
-from tidelog.metadata.controller.cluster import ClusterControl, HeartbeatRequest
+from tidelog.metadata.controller.cluster import (
+    ClusterControl,
+    HeartbeatRequest,
+    RegistrationRequest,
+)
 from tidelog.metadata.controller.elections import (
     ElectionType,
     elect_leaders,
@@ -33,7 +37,12 @@ from tidelog.metadata.controller.reassignment import (
 )
 from tidelog.metadata.image import PartitionImage
 from tidelog.metadata.image_records import image_from_snapshot, snapshot_records
-from tidelog.metadata.records import ConfigRecord, PartitionChangeRecord, PartitionRecord
+from tidelog.metadata.records import (
+    BrokerEndpoint,
+    ConfigRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+)
 from tidelog.protocol import ErrorCode
 
 TOPIC_RESOURCE = 2
@@ -54,9 +63,16 @@ def part(cluster: Cluster, name: str, index: int = 0) -> PartitionImage:
     return found
 
 
-def set_partition(cluster: Cluster, name: str, index: int, **changes: object) -> None:
+def set_partition(
+    cluster: Cluster,
+    name: str,
+    index: int,
+    *,
+    leader: int | None = None,
+    isr: tuple[int, ...] | None = None,
+) -> None:
     topic_id = cluster.image.topics_by_name[name].topic_id
-    cluster.apply(PartitionChangeRecord(topic_id, index, **changes))  # type: ignore[arg-type]
+    cluster.apply(PartitionChangeRecord(topic_id, index, leader, isr))
 
 
 # -- AlterPartition ----------------------------------------------------------------------------
@@ -313,6 +329,57 @@ def test_controller_tick_rebalances_every_interval(start_controller: ControllerF
     controller.tick(now + 10_000)
     assert controller.image.offset == offset
     assert controller.next_deadline(now + 10_000) == now + 20_000
+
+
+def test_controller_tick_moves_a_leadership_back_to_its_preferred_broker(
+    start_controller: ControllerFactory, clock: FakeClock
+) -> None:
+    controller = start_controller(
+        **{
+            "leader.imbalance.check.interval.seconds": "10",
+            "broker.session.timeout.ms": "600000",
+        }
+    )
+    endpoint = BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9002, "PLAINTEXT")
+    registration = RegistrationRequest(
+        2, controller.image.cluster_id, uuid.UUID(int=2), (endpoint,), None
+    )
+    epoch = controller.register_broker(registration).broker_epoch
+    assert not controller.heartbeat(HeartbeatRequest(2, epoch, controller.image.offset)).is_fenced
+    (created,) = controller.create_topics([NewTopic("t", assignments={0: (2, 1)})])
+    assert created.error.ok and created.topic_id is not None
+
+    def current() -> PartitionImage:
+        found = controller.image.partition("t", 0)
+        assert found is not None
+        return found
+
+    assert current().leader == 2
+    # Broker 2 is fenced and comes back: broker 1 keeps the leadership it took over.
+    controller.heartbeat(HeartbeatRequest(2, epoch, controller.image.offset, want_fence=True))
+    assert current().leader == 1
+    controller.heartbeat(HeartbeatRequest(2, epoch, controller.image.offset))
+    controller.alter_partition(
+        AlterPartitionRequest(
+            1,
+            controller.broker_epoch,
+            (
+                AlterPartitionItem(
+                    created.topic_id,
+                    0,
+                    current().leader_epoch,
+                    current().partition_epoch,
+                    (IsrMember(1), IsrMember(2)),
+                ),
+            ),
+        )
+    )
+    assert current().isr == (1, 2)
+    now = clock.now
+    controller.tick(now)
+    assert current().leader == 1
+    controller.tick(now + 10_000)
+    assert current().leader == 2
 
 
 # -- reassignment ------------------------------------------------------------------------------
