@@ -281,3 +281,34 @@ def test_a_nonzero_header_count_in_a_run_is_not_read_as_zero() -> None:
     data[where] = 1
     with pytest.raises(RecordsError):
         decode_chunk(bytes(data), "t", 0, 0, None, verify_crc=False, include_headers=True)
+
+
+def test_batches_of_aborted_transactions_are_left_out() -> None:
+    """read_committed: producer 7's first transaction aborted (at offset 2), its second
+    committed (at 4); with the fetch answer's aborted list only its committed batch and the
+    plain one are rows."""
+    from tidelog.records.control import build_end_txn_marker_batch
+
+    def txn(offset: int, value: bytes) -> bytes:
+        builder = BatchBuilder(base_offset=offset, transactional=True)
+        builder.set_producer(7, 0, offset)
+        builder.append(None, value, timestamp=1_700_000_000_000)
+        return builder.close()
+
+    def marker(offset: int, commit: bool) -> bytes:
+        return build_end_txn_marker_batch(
+            commit=commit, producer_id=7, producer_epoch=0, coordinator_epoch=0,
+            timestamp=1_700_000_000_000, base_offset=offset,
+        )  # fmt: skip
+
+    plain = BatchBuilder(base_offset=0)
+    plain.append(None, b"plain", timestamp=1_700_000_000_000)
+    data = b"".join(
+        [plain.close(), txn(1, b"aborted"), marker(2, False), txn(3, b"kept"), marker(4, True)]
+    )
+    committed = decode_chunk(data, "t", 0, 0, None, aborted=[(7, 1)])
+    assert committed.batch is not None and committed.next_offset == 5
+    assert committed.batch.column("value").to_pylist() == [b"plain", b"kept"]
+    everything = decode_chunk(data, "t", 0, 0, None)
+    assert everything.batch is not None
+    assert everything.batch.column("value").to_pylist() == [b"plain", b"aborted", b"kept"]

@@ -329,3 +329,33 @@ def test_readers_prepare_the_worker_once() -> None:
         "assert max(again) < 100, again\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
+def test_isolation_level_read_committed_leaves_out_aborted_transactions(
+    spark: Any, broker: Any, make_topic: Any, topic: str, level: str
+) -> None:
+    """kafka.isolation.level as Spark's Kafka connector reads it: read_committed rows are
+    the committed transactions' only; read_uncommitted has the aborted ones too."""
+    from tidelog.client import Producer
+
+    make_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic})
+    try:
+        producer.init_transactions(30)
+        for outcome in ("committed-1", "aborted", "committed-2"):
+            producer.begin_transaction()
+            for i in range(4):
+                producer.send(topic, f"{outcome}-{i}".encode(), partition=i % 2)
+            if outcome == "aborted":
+                assert producer.flush(30) == 0  # in the log, then aborted
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+    finally:
+        producer.close()
+    df = read(spark, options(broker.bootstrap, subscribe=topic, **{"kafka.isolation.level": level}))
+    values = sorted(bytes(r.value).decode() for r in df.collect())
+    committed = [f"committed-{n}-{i}" for n in (1, 2) for i in range(4)]
+    aborted = [f"aborted-{i}" for i in range(4)]
+    assert values == sorted(committed if level == "read_committed" else committed + aborted)

@@ -44,6 +44,9 @@ class RawFetch:
     log_start_offset: int
     last_stable_offset: int
     error: ErrorCode = ErrorCode.NONE
+    #: read_committed: the aborted transactions of the range, (producer id, first offset);
+    #: see :class:`tidelog.client.aborted.AbortedTransactions`
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 async def _fetch_once(
@@ -114,6 +117,10 @@ async def _fetch_once(
                 log_start_offset=int(getattr(p, "log_start_offset", -1)),
                 last_stable_offset=int(getattr(p, "last_stable_offset", -1)),
                 error=code,
+                aborted_transactions=tuple(
+                    (int(a.producer_id), int(a.first_offset))
+                    for a in getattr(p, "aborted_transactions", None) or ()
+                ),
             )
     return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 

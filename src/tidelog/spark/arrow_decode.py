@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tidelog.client.aborted import AbortedTransactions
 from tidelog.records import (
     BatchHeader,
     CorruptBatchError,
@@ -509,8 +510,11 @@ def decode_chunk(
     *,
     include_headers: bool = False,
     verify_crc: bool = True,
+    aborted: Iterable[tuple[int, int]] = (),
 ) -> Decoded:
-    """The records of ``data`` with ``start <= offset < end`` (``end`` None: no bound).
+    """The records of ``data`` with ``start <= offset < end`` (``end`` None: no bound),
+    without those of the ``aborted`` transactions (read_committed: the fetch answer's
+    (producer id, first offset) list).
 
     ``next_offset`` is the offset after the last whole batch in ``data`` (``start`` when
     there is none); ``complete_batches`` counts the whole batches seen.
@@ -523,9 +527,12 @@ def decode_chunk(
         pass  # a batch cut by the fetch size: the next fetch starts at it
     next_offset = start
     kept: list[tuple[int, BatchHeader]] = []
+    skip = AbortedTransactions(aborted)
     for pos, header in found:
         next_offset = max(next_offset, header.next_offset)
-        if header.is_control or header.record_count == 0 or header.last_offset < start:
+        # Asked of every batch in order: it follows where aborted transactions end.
+        skipped = skip.skips(data, pos, header)
+        if skipped or header.record_count == 0 or header.last_offset < start:
             continue
         if end is not None and header.base_offset >= end:
             continue

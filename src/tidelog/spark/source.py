@@ -289,6 +289,7 @@ def read_range(
                 position,
                 end,
                 include_headers=options.include_headers,
+                aborted=fetched.aborted_transactions,
             )
             if decoded.batch is not None:
                 yield decoded.batch
