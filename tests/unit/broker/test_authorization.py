@@ -32,7 +32,14 @@ from tidelog.security.principal import KafkaPrincipal
 from .admin_fixtures import create_topics_request, schema, timeout
 from .conftest import FakeClock, context, make_batch, produce_request, stored_batches
 from .test_fetch_helpers import Want, decode_body, fetch_request, make
-from .test_groups import commit_request, find_request, join_request, running
+from .test_groups import (
+    commit_request,
+    find_request,
+    heartbeat_request,
+    join_request,
+    running,
+    sync_request,
+)
 
 E = ErrorCode
 Op = AclOperation
@@ -367,6 +374,45 @@ def test_group_apis_check_the_group_and_the_topics(
             [result] = (await as_user(broker, ALICE, ApiKey.DELETE_GROUPS, 2, delete)).results
             assert result.error_code == E.GROUP_AUTHORIZATION_FAILED
 
+            # The rest of the group protocol: Read on the group, refused before anything.
+            sync = sync_request(5, "billing", 1, "m-1", {})
+            assert (await as_user(broker, BOB, ApiKey.SYNC_GROUP, 5, sync)).error_code == (
+                E.GROUP_AUTHORIZATION_FAILED
+            )
+            beat = heartbeat_request(4, "billing", 1, "m-1")
+            assert (await as_user(broker, BOB, ApiKey.HEARTBEAT, 4, beat)).error_code == (
+                E.GROUP_AUTHORIZATION_FAILED
+            )
+            leaving = schema("leave_group", 4)
+            leave = leaving.LeaveGroupRequest(
+                group_id="billing", members=(leaving.MemberIdentity(member_id="m-1"),)
+            )
+            assert (await as_user(broker, BOB, ApiKey.LEAVE_GROUP, 4, leave)).error_code == (
+                E.GROUP_AUTHORIZATION_FAILED
+            )
+            # OffsetDelete: Delete on the group, then Read on each topic.
+            grant(broker, acl(GROUP, "billing", Op.DELETE))
+            module = schema("offset_delete", 0)
+            request = module.OffsetDeleteRequest(
+                group_id="billing",
+                topics=tuple(
+                    module.OffsetDeleteRequestTopic(
+                        name=t, partitions=(module.OffsetDeleteRequestPartition(partition_index=0),)
+                    )
+                    for t in ("orders", "secret")
+                ),
+            )
+            deleted = await as_user(broker, ALICE, ApiKey.OFFSET_DELETE, 0, request)
+            assert deleted.error_code == E.NONE
+            assert [(t.name, t.partitions[0].error_code) for t in deleted.topics] == [
+                ("orders", E.NONE),
+                ("secret", E.TOPIC_AUTHORIZATION_FAILED),
+            ]
+            by_bob = await as_user(broker, BOB, ApiKey.OFFSET_DELETE, 0, request)
+            assert (by_bob.error_code, by_bob.topics) == (E.GROUP_AUTHORIZATION_FAILED, ())
+            fetched = await as_user(broker, ADMIN, ApiKey.OFFSET_FETCH, 7, every)
+            assert [t.name for t in fetched.topics] == ["secret"]
+
     asyncio.run(scenario())
 
 
@@ -388,6 +434,14 @@ def test_topic_and_config_administration(start_admin_broker: Any) -> None:
         ("ops", E.TOPIC_AUTHORIZATION_FAILED),
     ]
     assert broker.image.topic("ops") is None
+    # The new topic's configs are for those who may describe them.
+    assert (created[0].configs, created[0].topic_config_error_code) == (
+        (),
+        E.TOPIC_AUTHORIZATION_FAILED,
+    )
+    by_admin = create_topics_request(7, [{"name": "team-c", "partitions": 1}])
+    [theirs] = send(broker, ADMIN, ApiKey.CREATE_TOPICS, 7, by_admin).topics
+    assert theirs.configs and theirs.topic_config_error_code == E.NONE
 
     delete = schema("delete_topics", 6).DeleteTopicsRequest(
         topics=(schema("delete_topics", 6).DeleteTopicState(name="team-a", topic_id=None),),

@@ -70,10 +70,12 @@ def _new_topic(entry: Any) -> NewTopic | ApiError:
     )
 
 
-def _create_topic_result(module: Any, result: CreateTopicResult) -> Any:
+def _create_topic_result(module: Any, result: CreateTopicResult, configs_visible: bool) -> Any:
+    """The version's entry for ``result``; its configs only when the principal may
+    describe them (else, as in Kafka, none and TOPIC_AUTHORIZATION_FAILED for them)."""
     config_cls = getattr(module, "CreatableTopicConfigs", None)
     configs = ()
-    if config_cls is not None and result.error.ok:
+    if config_cls is not None and result.error.ok and configs_visible:
         configs = tuple(
             config_cls(
                 name=entry.name,
@@ -93,6 +95,9 @@ def _create_topic_result(module: Any, result: CreateTopicResult) -> Any:
         num_partitions=result.num_partitions if result.error.ok else -1,
         replication_factor=result.replication_factor if result.error.ok else -1,
         configs=configs,
+        topic_config_error_code=(
+            ErrorCode.NONE if configs_visible else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        ).to_kio(),
     )
 
 
@@ -116,7 +121,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> object:
         result = (
             CreateTopicResult(entry.name, item) if isinstance(item, ApiError) else next(results)
         )
-        topics.append(_create_topic_result(module, result))
+        visible = checks.topic(AclOperation.DESCRIBE_CONFIGS, entry.name, audit=False)
+        topics.append(_create_topic_result(module, result, visible))
     return make(module.CreateTopicsResponse, throttle_time=ZERO_THROTTLE, topics=tuple(topics))
 
 
