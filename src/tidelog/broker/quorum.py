@@ -39,7 +39,7 @@ import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from tidelog.broker.authorization import answer_forwarded
@@ -413,8 +413,10 @@ class QuorumNode:
                 remaining_ms = max(int((deadline - loop.time()) * 1000), 1)
                 try:
                     connection = await self._connection(leader)
-                    return await connection.call(
-                        key, values, version=version, timeout_ms=remaining_ms
+                    return await self._unless_leader_moves(
+                        leader,
+                        connection,
+                        connection.call(key, values, version=version, timeout_ms=remaining_ms),
                     )
                 except (ClientError, OSError) as exc:
                     _log.debug("%s to controller %d failed: %s", key.name, leader, exc)
@@ -423,18 +425,46 @@ class QuorumNode:
                 raise NotControllerError(leader, f"controller {leader} did not answer {key.name}")
             await asyncio.sleep(_RETRY_MS / 1000)
 
+    async def _unless_leader_moves(
+        self, leader: int, connection: ClientConnection, call: Coroutine[Any, Any, Any]
+    ) -> Any:
+        """The answer of ``call`` sent to controller ``leader``, or ClientError as soon as
+        the quorum no longer has ``leader`` as its leader. A controller that lost the
+        leadership, or was cut off from the quorum, may never answer; its successor must be
+        asked instead of waiting out the whole request timeout (meanwhile clients, and
+        this node's own heartbeats, would wait with it). The connection is dropped with the
+        abandoned request: its late answer would belong to no one."""
+        task = asyncio.ensure_future(call)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_RETRY_MS / 1000)
+            if done:
+                return task.result()
+            if self._driver.leader_id != leader:
+                task.cancel()
+                # Retrieved, so that an answer or error that beat the cancel is not reported.
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+                if self._connections.get(leader) is connection:
+                    del self._connections[leader]
+                await connection.close()
+                raise ClientError(f"controller {leader} is no longer the quorum's leader")
+
     async def _connection(self, node_id: int) -> ClientConnection:
         connection = self._connections.get(node_id)
         if connection is not None and connection.usable:
             return connection
         host, port = self._voters[node_id]
+        # Every call passes its own timeout; the connection's own applies to the ApiVersions
+        # exchange that opens it. A controller cut off behind a link that accepts and then
+        # stays silent must fail that within a quorum request's timeout, not 30 s: the
+        # heartbeats, and so the fencing of brokers, wait on it.
+        quorum_timeout_ms = self._config.raft_config.request_timeout_ms
         connection = ClientConnection(
             host,
             port,
             node_id=node_id,
             client_id=f"tidelog-node-{self._driver.node_id}",
-            request_timeout_ms=_DEFAULT_TIMEOUT_MS,
-            connect_timeout_ms=self._config.raft_config.request_timeout_ms,
+            request_timeout_ms=quorum_timeout_ms,
+            connect_timeout_ms=quorum_timeout_ms,
             max_in_flight=16,
         )
         await connection.connect()

@@ -234,40 +234,59 @@ class Connection:
         if cls is None:
             raise UnsupportedApiError(f"no schema for {api_name(api_key)} v{version}")
         request = build(cls, values)
-        async with self._slots:
-            if self._failure is not None:
-                raise self._failure
-            if self._wire is None or self._closed:
-                raise BrokerConnectionError(f"connection to {self.address} is closed")
-            correlation_id = next(self._correlation) & 0x7FFFFFFF
-            try:
-                data = encode_request(
-                    request, correlation_id=correlation_id, client_id=self.client_id
-                )
-            except ProtocolError as exc:
-                raise ClientError(f"cannot encode {api_name(api_key)}: {exc}") from exc
-            future: asyncio.Future[Any] | None = None
-            if expect_response:
-                future = asyncio.get_running_loop().create_future()
-                self._pending[correlation_id] = _Pending(api_key, version, future)
-            try:
-                await self._wire.write(data)
-            except (OSError, RuntimeError) as exc:
-                self._fail(BrokerConnectionError(f"writing to {self.address} failed: {exc}"))
-                raise self._failure or exc from None
-            if future is None:
-                return None
-            timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
-            try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout)
-            except TimeoutError:
-                error = RequestTimeoutError(
-                    f"{api_name(api_key)} to {self.address} got no response in {timeout:g}s"
-                )
-                self._fail(error)
-                raise error from None
-            finally:
-                self._pending.pop(correlation_id, None)
+        timeout = self.request_timeout if timeout_ms is None else timeout_ms / 1000
+        started = asyncio.get_running_loop().time()
+        # The wait for an in-flight slot counts toward the request's timeout: behind
+        # requests a silent peer never answers, a caller would otherwise wait for all of
+        # them to time out before its own even starts.
+        try:
+            await asyncio.wait_for(self._slots.acquire(), timeout)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"{api_name(api_key)} to {self.address} found no free in-flight slot "
+                f"in {timeout:g}s"
+            ) from None
+        try:
+            remaining = max(timeout - (asyncio.get_running_loop().time() - started), 0.001)
+            return await self._send_holding_slot(
+                api_key, version, request, expect_response, remaining
+            )
+        finally:
+            self._slots.release()
+
+    async def _send_holding_slot(
+        self, api_key: int, version: int, request: Any, expect_response: bool, timeout: float
+    ) -> Any:
+        if self._failure is not None:
+            raise self._failure
+        if self._wire is None or self._closed:
+            raise BrokerConnectionError(f"connection to {self.address} is closed")
+        correlation_id = next(self._correlation) & 0x7FFFFFFF
+        try:
+            data = encode_request(request, correlation_id=correlation_id, client_id=self.client_id)
+        except ProtocolError as exc:
+            raise ClientError(f"cannot encode {api_name(api_key)}: {exc}") from exc
+        future: asyncio.Future[Any] | None = None
+        if expect_response:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = _Pending(api_key, version, future)
+        try:
+            await self._wire.write(data)
+        except (OSError, RuntimeError) as exc:
+            self._fail(BrokerConnectionError(f"writing to {self.address} failed: {exc}"))
+            raise self._failure or exc from None
+        if future is None:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            error = RequestTimeoutError(
+                f"{api_name(api_key)} to {self.address} got no response in {timeout:g}s"
+            )
+            self._fail(error)
+            raise error from None
+        finally:
+            self._pending.pop(correlation_id, None)
 
     def _dispatch(self, frame: memoryview) -> None:
         correlation_id = peek_correlation_id(frame)

@@ -77,6 +77,14 @@ async def broker() -> AsyncIterator[FakeBroker]:
     fake.server.close()
 
 
+async def wait_for_state(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    """Until ``condition`` holds (the event loop keeps running meanwhile)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the state never came"
+        await asyncio.sleep(0.01)
+
+
 def test_negotiate_takes_highest_common_version() -> None:
     chosen = negotiate({ApiKey.METADATA: (0, 9), ApiKey.PRODUCE: (0, 20), ApiKey.FETCH: (0, 2)})
     assert chosen[ApiKey.METADATA] == 9
@@ -153,6 +161,37 @@ def test_request_timeout_closes_the_connection() -> None:
         assert not conn.usable
         with pytest.raises(RequestTimeoutError):
             await conn.call(ApiKey.METADATA, {"topics": None})
+        await conn.close()
+        assert fake.server is not None
+        fake.server.close()
+
+    run(scenario())
+
+
+def test_waiting_for_an_in_flight_slot_counts_toward_the_timeout() -> None:
+    """Behind a request a silent broker never answers, a call with a short timeout times
+    out by itself (without sending anything), not after the request ahead of it."""
+
+    async def scenario() -> None:
+        fake = FakeBroker()
+        await fake.start()
+        seen: list[int] = []
+
+        async def never(header: RequestHeader, writer: asyncio.StreamWriter) -> None:
+            seen.append(header.correlation_id)
+
+        fake.on_request = never
+        conn = Connection("127.0.0.1", fake.port, request_timeout_ms=600_000, max_in_flight=1)
+        await conn.connect()
+        ahead = asyncio.create_task(conn.call(ApiKey.METADATA, {"topics": None}))
+        await wait_for_state(lambda: len(seen) == 1)
+        with pytest.raises(RequestTimeoutError, match="no free in-flight slot"):
+            # The outer bound only turns a hang into a failure; the call's own timeout
+            # must end it first.
+            await asyncio.wait_for(conn.call(ApiKey.METADATA, {"topics": None}, timeout_ms=100), 60)
+        # Nothing was sent for it, so the connection is still good for the one ahead.
+        assert len(seen) == 1 and conn.usable and not ahead.done()
+        ahead.cancel()
         await conn.close()
         assert fake.server is not None
         fake.server.close()
