@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -52,6 +54,9 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
+    # `kill -USR1 <pid>` writes every thread's stack to stderr: how to see what a stuck
+    # broker waits on (where a JVM broker's operator would take a jstack).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         config = BrokerConfig.load(args.config, args.override, _flags(args))
     except (ConfigError, OSError) as exc:
