@@ -330,13 +330,23 @@ def _ready(port: int) -> tuple[int, str]:
         return refused.code, refused.read().decode()
 
 
+def _ready_once_loaded(port: int) -> tuple[int, str] | None:
+    """``/ready``'s answer, or None while the node is still loading its logs (the metrics
+    listener answers from the start)."""
+    status, reason = _ready(port)
+    return None if "starting" in reason else (status, reason)
+
+
 def test_a_node_is_not_ready_until_the_quorum_has_a_leader_and_it_serves(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, overrides={"metrics.listener": "http://127.0.0.1:0"})
     try:
         cluster.nodes[1].spawn()
         port = wait_until(lambda: _metrics_port(cluster, 1), "node 1's metrics listener")
-        # Alone it cannot elect anyone: it says so, and serves no client.
-        status, reason = _ready(port)
+        # Alone it cannot elect anyone: once it has loaded what it has on disk, it says
+        # so, and serves no client.
+        status, reason = wait_until(
+            lambda: _ready_once_loaded(port), "node 1 to finish loading its logs"
+        )
         assert status == 503 and "no leader" in reason, (status, reason)
         assert cluster.metadata(1) is None
         for n in (2, 3):
