@@ -424,3 +424,25 @@ def test_tidelog_client_drops_the_aborted_transaction_only_when_read_committed(
         assert got == COMMITTED_ALL
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [("read_committed", COMMITTED_PREFIX), ("read_uncommitted", EVERYTHING)],
+)
+def test_tidelog_consume_isolation_level(
+    broker: BrokerProcess,
+    topic: str,
+    level: str,
+    expected: list[bytes],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tidelog.cli.main import main
+
+    status = main(
+        ["consume", "--bootstrap-server", broker.bootstrap, "--topic", topic,
+         "--from-beginning", "--isolation-level", level, "--max-messages", str(len(expected))]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert out.splitlines() == [value.decode() for value in expected]

@@ -10,6 +10,9 @@ what it printed as Kafka's console consumer does (auto commit every
 committed. ``--from-beginning`` then only matters for partitions the group has no committed
 offset for (``auto.offset.reset=earliest``).
 
+``--isolation-level read_committed`` prints only the records of committed transactions
+(and stops at the last stable offset), as Kafka's console consumer does.
+
 Stops after ``--max-messages`` records, or once no record arrived for ``--timeout-ms``.
 ``--format json`` prints one object per line; keys, values and header values that are not
 UTF-8 are printed as ``{"base64": "..."}``.
@@ -45,6 +48,12 @@ def add_parser(commands: Any) -> None:
     start.add_argument("--from-beginning", action="store_true")
     start.add_argument("--offset", help="N, earliest or latest (needs --partition for N)")
     start.add_argument("--from-time", metavar="ISO8601|MS")
+    parser.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        help="read_committed: only committed transactions' records, up to the last stable "
+        "offset (default: read_uncommitted)",
+    )
     parser.add_argument("--max-messages", type=int)
     parser.add_argument("--timeout-ms", type=int, help="stop when no record came for this long")
     parser.add_argument("--format", choices=("value", "kv", "json"), default="value")
@@ -146,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.group is not None:
         config["group.id"] = args.group
+    if args.isolation_level is not None:
+        config["isolation.level"] = args.isolation_level
     count = 0
     # Closing the consumer (also on --max-messages, --timeout-ms, Ctrl-C or a closed pipe)
     # commits what was handed out with auto commit, then leaves the group.
