@@ -9,6 +9,10 @@ confluent-kafka, kcat, kafka-python, aiokafka and the Java client each
 * fail with their own GROUP_AUTHORIZATION_FAILED error when alice consumes in a group she
   may not read.
 
+And through the admin APIs of confluent-kafka, kafka-python and the Java client: bob's
+topic listing leaves alice's topics out, his CreateTopics and DescribeConfigs are refused,
+and his idempotent Java producer gets ClusterAuthorizationException (no Write anywhere).
+
 The broker is test_security.py's SecureBroker with the authorizer on; its PLAINTEXT
 listener (User:ANONYMOUS, a super user) creates the topics and the ACLs.
 """
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import test_kcat as kc
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -34,7 +38,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from interop_data import assert_read_back, wait_until
-from java_harness import JavaClient, JavaClientError, consume_step, produce_step
+from java_harness import JavaClient, JavaClientError, consume_step, produce_step, step
 from test_security import (
     CASES,
     CLIENTS,
@@ -309,4 +313,61 @@ def test_denied_group_is_each_clients_group_authorization_error(
     assert _group_aiokafka(s, open_topic, group) is aio_errors.GroupAuthorizationFailedError
     assert _group_java(java_client, s, open_topic, group) == (
         "org.apache.kafka.common.errors.GroupAuthorizationException"
+    )
+
+
+# -- administration and metadata ---------------------------------------------------------
+
+
+def test_admin_apis_and_metadata_answer_each_user_by_their_acls(
+    acl_broker: AclBroker, certs: dict[str, Path], java_client: JavaClient, open_topic: str
+) -> None:
+    from confluent_kafka.admin import ConfigResource, NewTopic
+    from kafka import KafkaAdminClient
+    from kafka import errors as kp_errors
+    from kafka.admin import NewTopic as KpNewTopic
+
+    alice, bob = settings(acl_broker, ALICE, certs), settings(acl_broker, BOB, certs)
+    # Metadata: bob's listing leaves alice's topics out; alice sees hers.
+    bob_admin = AdminClient({"bootstrap.servers": bob.bootstrap, **bob.librdkafka})
+    alice_admin = AdminClient({"bootstrap.servers": alice.bootstrap, **alice.librdkafka})
+    assert open_topic not in bob_admin.list_topics(timeout=TIMEOUT).topics
+    assert open_topic in alice_admin.list_topics(timeout=TIMEOUT).topics
+
+    # CreateTopics: Create on the topic (alice's prefix) or nothing.
+    wanted = f"open-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(KafkaException) as refused:
+        bob_admin.create_topics([NewTopic(wanted, 1, 1)])[wanted].result(TIMEOUT)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    alice_admin.create_topics([NewTopic(wanted, 1, 1)])[wanted].result(TIMEOUT)
+
+    # DescribeConfigs on a topic: DescribeConfigs, which alice's All implies.
+    resource = ConfigResource(ConfigResource.Type.TOPIC, open_topic)
+    with pytest.raises(KafkaException) as refused:
+        bob_admin.describe_configs([resource])[resource].result(TIMEOUT)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "retention.ms" in alice_admin.describe_configs([resource])[resource].result(TIMEOUT)
+
+    kp_admin = KafkaAdminClient(bootstrap_servers=bob.bootstrap, **bob.python)
+    try:
+        with pytest.raises(kp_errors.TopicAuthorizationFailedError):
+            kp_admin.create_topics([KpNewTopic(f"open-{uuid.uuid4().hex[:8]}", 1, 1)])
+    finally:
+        kp_admin.close()
+
+    java = java_client.bound(bob.bootstrap)
+    with pytest.raises(JavaClientError) as java_refused:
+        java.batch(step("create-topic", topic=f"open-{uuid.uuid4().hex[:8]}", configs=bob.java))
+    assert java_refused.value.error == "org.apache.kafka.common.errors.TopicAuthorizationException"
+    # An idempotent producer needs IdempotentWrite on the cluster or Write on some topic:
+    # bob may describe a topic (so its metadata is his) and write none.
+    visible = f"visible-{uuid.uuid4().hex[:8]}"
+    create_topic(acl_broker, visible)
+    setup = AdminClient({"bootstrap.servers": acl_broker.bootstrap})
+    describe = _acl(ResourceType.TOPIC, visible, AclOperation.DESCRIBE, "User:bob")
+    assert setup.create_acls([describe])[describe].result(TIMEOUT) is None
+    with pytest.raises(JavaClientError) as no_producer_id:
+        java.batch(produce_step(visible, records_for("bob-idem"), configs=bob.java))
+    assert no_producer_id.value.error == (
+        "org.apache.kafka.common.errors.ClusterAuthorizationException"
     )
