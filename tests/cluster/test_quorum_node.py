@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import Cluster, ClusterNode, send_request, wait_until
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from tidelog.client.messages import build
@@ -86,6 +93,47 @@ def test_a_change_through_a_follower_is_forwarded_and_every_node_serves_it(
             lambda n=n: len(_leaders(cluster, n, "forwarded") or {}) == 5,
             f"node {n} to list 5 partitions",
         )
+
+
+def test_elections_and_reassignments_through_a_follower_reach_the_active_controller(
+    cluster: Cluster,
+) -> None:
+    """ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments sent to a
+    node that is not the active controller are forwarded to it, like every other change."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import InvalidReplicationAssignmentError
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    leader = cluster.wait_leader()
+    follower = next(n for n in cluster.nodes if n != leader)
+    _create(cluster, follower, NewTopic("elected", 2, 1))
+    leaders = wait_until(
+        lambda: (found := _leaders(cluster, follower, "elected")) and len(found) == 2 and found,
+        "the follower to list the topic",
+    )
+    admin = _admin(cluster, follower)
+    wanted = [TopicPartition("elected", 0), TopicPartition("elected", 1)]
+    results = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(40)
+    # One replica each: its leader is already the preferred one.
+    assert {tp.partition: error.code() for tp, error in results.items()} == {
+        0: KafkaError.ELECTION_NOT_NEEDED,
+        1: KafkaError.ELECTION_NOT_NEEDED,
+    }
+    reassigning = KafkaAdminClient(
+        bootstrap_servers=cluster.nodes[follower].bootstrap, request_timeout_ms=40_000
+    )
+    try:
+        p0, p1 = KpTopicPartition("elected", 0), KpTopicPartition("elected", 1)
+        # To the broker that holds it already: done at once; to a broker that does not
+        # exist: refused by the controller.
+        assert reassigning.alter_partition_reassignments({p0: [leaders[0]], p1: [99]}) == {
+            p0: None,
+            p1: InvalidReplicationAssignmentError,
+        }
+        assert reassigning.list_partition_reassignments() == {}
+    finally:
+        reassigning.close()
+    assert _leaders(cluster, follower, "elected") == leaders
 
 
 def test_a_replication_factor_above_one_is_refused_until_replication_exists(

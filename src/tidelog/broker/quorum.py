@@ -80,6 +80,11 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
         ApiKey.CREATE_ACLS,
         ApiKey.DELETE_ACLS,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        # Read-only, answered from the active controller's image, which is never behind
+        # (Kafka's brokers forward it too).
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }
 )
 #: Kafka's security protocol ids, as BrokerRegistration carries them.
