@@ -203,7 +203,7 @@ class Replica:
         """Lead from ``leader_epoch``; the same epoch again only updates replicas and ISR."""
         self._check_newer(leader_epoch, partition_epoch)
         if self.role is Role.LEADER and leader_epoch == self.leader_epoch:
-            self._apply_isr(partition_epoch, replicas, isr)
+            self._apply_isr(partition_epoch, replicas, isr, now_ms)
             return
         self._fail_pending(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.role = Role.LEADER
@@ -292,15 +292,20 @@ class Replica:
         if intent == self._inflight:
             self._inflight = None
 
-    def _apply_isr(self, partition_epoch: int, replicas: Sequence[int], isr: Sequence[int]) -> None:
+    def _apply_isr(
+        self, partition_epoch: int, replicas: Sequence[int], isr: Sequence[int], now_ms: int
+    ) -> None:
         self.partition_epoch = partition_epoch
         self.replicas = tuple(replicas)
         self.isr = tuple(isr)
         if self._inflight is not None and partition_epoch > self._inflight.partition_epoch:
             self._inflight = None
+        # A replica new to the partition gets the lag time to show it keeps up.
         for r in self.replicas:
             if r != self.config.broker_id:
-                self._followers.setdefault(r, _FollowerState())
+                self._followers.setdefault(
+                    r, _FollowerState(last_caught_up_ms=now_ms, last_fetch_ms=now_ms)
+                )
         self._maybe_advance_high_watermark()
         if len(self.isr) < self.config.min_insync_replicas:
             self._fail_pending(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)

@@ -393,3 +393,13 @@ def test_a_former_leader_fsyncs_what_it_holds_before_it_fetches_as_a_follower() 
     # Its next fetch offset (3) is what the new leader will count as fsynced.
     assert log.recovery_point == 3
     assert replica.next_fetch() == FetchRequest(1, 2, 6, 3, 5)
+
+
+def test_a_replica_new_to_the_partition_gets_the_lag_time_to_catch_up() -> None:
+    replica = leader(log_with([(5, 2)]), isr=(1, 2), lag_ms=1000)
+    fetch(replica, 2, 2, 5, now=5000)
+    # Replica 4 is added (a reassignment) straight into the ISR at 5000.
+    replica.become_leader(5, 11, (1, 2, 3, 4), (1, 2, 4), now_ms=5000)
+    assert replica.poll(5500).alter_partition is None
+    fetch(replica, 2, 2, 5, now=6000)
+    assert replica.poll(6001).alter_partition == AlterPartitionIntent(1, 5, 11, (1, 2))
