@@ -403,3 +403,31 @@ def test_a_replica_new_to_the_partition_gets_the_lag_time_to_catch_up() -> None:
     assert replica.poll(5500).alter_partition is None
     fetch(replica, 2, 2, 5, now=6000)
     assert replica.poll(6001).alter_partition == AlterPartitionIntent(1, 5, 11, (1, 2))
+
+
+def acknowledged_write_after_power_loss(fsync: bool) -> tuple[bool, bool]:
+    """A two-replica partition takes one acks=all write, then both brokers lose power.
+    Returns (acknowledged, still on a disk)."""
+    primary_log, secondary_log = SimReplicaLog(), SimReplicaLog()
+    primary = Replica(primary_log, ReplicaConfig(1, min_insync_replicas=2, ack_after_fsync=fsync))
+    primary.become_leader(1, 1, (1, 2), (1, 2), now_ms=0)
+    secondary = Replica(secondary_log, ReplicaConfig(2, ack_after_fsync=fsync))
+    secondary.become_follower(1, 1, 1, (1, 2), (1, 2))
+    write = primary.append(batch(b"kept?"), acks=-1, now_ms=0, timeout_ms=1000)
+    for _ in range(2):  # the copy, then the fetch that reports it
+        request = secondary.next_fetch()
+        assert request is not None
+        secondary.on_fetch_answer(request, primary.on_follower_fetch(request, 1))
+    acknowledged = [c.token for c in primary.poll(1).completions if c.error is ErrorCode.NONE]
+    primary_log.crash()
+    secondary_log.crash()
+    kept = primary_log.log_end_offset > 0 or secondary_log.log_end_offset > 0
+    return acknowledged == [write.token], kept
+
+
+def test_by_default_an_acknowledged_write_survives_power_loss_of_every_replica() -> None:
+    assert acknowledged_write_after_power_loss(fsync=True) == (True, True)
+
+
+def test_kafkas_acknowledgement_loses_it() -> None:
+    assert acknowledged_write_after_power_loss(fsync=False) == (True, False)
