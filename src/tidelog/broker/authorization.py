@@ -6,6 +6,9 @@ request's principal and client host, or True when ``authorizer.class.name`` is e
 (``Broker.authorizer`` is None: everything is allowed, as in Kafka without an authorizer).
 Which API checks which operation on which resource is the table of ``docs/security.md``.
 
+A request a quorum node forwards to the active controller is authorized for the client
+on that node (:func:`answer_forwarded`): the controller sees the node's principal.
+
 Denials are logged on the ``tidelog.authorizer`` logger in the shape of Kafka's
 ``kafka.authorizer.logger`` (one line: principal, decision, operation, host, resource,
 request), at INFO; allowed decisions at DEBUG. As in Kafka, the checks that only filter a
@@ -161,10 +164,12 @@ class Access:
 
     # -- the errors handlers answer -------------------------------------------------------
 
-    def topic_error(self, operation: AclOperation, name: str | None) -> ErrorCode | None:
+    def topic_error(
+        self, operation: AclOperation, name: str | None, *, audit: bool = True
+    ) -> ErrorCode | None:
         """TOPIC_AUTHORIZATION_FAILED when ``name`` is denied, else None (also for a topic
         the request named by an id the broker does not know: that error is the handler's)."""
-        if name is None or self.topic(operation, name):
+        if name is None or self.topic(operation, name, audit=audit):
             return None
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
@@ -178,16 +183,18 @@ class Access:
             return None
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
-    def cluster_error(self, operation: AclOperation) -> ErrorCode | None:
-        return None if self.cluster(operation) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    def cluster_error(self, operation: AclOperation, *, audit: bool = True) -> ErrorCode | None:
+        if self.cluster(operation, audit=audit):
+            return None
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
     # -- Kafka's compound rules ---------------------------------------------------------
 
-    def may_create_topic(self, name: str) -> bool:
+    def may_create_topic(self, name: str, *, audit: bool = True) -> bool:
         """CreateTopics and Metadata's auto-creation: Create on the cluster, or else on the
         topic (only the topic's denial is logged, as Kafka logs it)."""
         return self.cluster(AclOperation.CREATE, audit=False) or self.topic(
-            AclOperation.CREATE, name
+            AclOperation.CREATE, name, audit=audit
         )
 
     def may_write_idempotently(self) -> bool:
@@ -208,16 +215,16 @@ class Access:
         return False
 
     def config_resource_error(
-        self, operation: AclOperation, resource_type: int, name: str
+        self, operation: AclOperation, resource_type: int, name: str, *, audit: bool = True
     ) -> ErrorCode | None:
         """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs on one config resource
         (Kafka's ConfigResource types: 2 topic, 4 broker, 8 broker logger): the operation on
         the topic, or on the cluster for a broker or its loggers. Other types are left to
         the handler's own validation."""
         if resource_type == _CONFIG_RESOURCE_TOPIC:
-            return self.topic_error(operation, name)
+            return self.topic_error(operation, name, audit=audit)
         if resource_type in (_CONFIG_RESOURCE_BROKER, _CONFIG_RESOURCE_BROKER_LOGGER):
-            return self.cluster_error(operation)
+            return self.cluster_error(operation, audit=audit)
         return None
 
     def topic_errors(self, operation: AclOperation) -> Callable[[str], ErrorCode | None]:
@@ -325,9 +332,7 @@ class _Items:
 
 
 def _create_topic_error(checks: Access, ctx: Any, entry: Any) -> ErrorCode | None:
-    if checks.cluster(AclOperation.CREATE, audit=False):
-        return None
-    if checks.topic(AclOperation.CREATE, entry.name, audit=False):
+    if checks.may_create_topic(entry.name, audit=False):
         return None
     return ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
@@ -339,26 +344,17 @@ def _delete_topic_error(checks: Access, ctx: Any, entry: Any) -> ErrorCode | Non
         name = entry.name
     else:
         name = ctx.broker.topic_name_of(entry.topic_id) if entry.topic_id is not None else None
-    if name is None or checks.topic(AclOperation.DELETE, name, audit=False):
-        return None
-    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return checks.topic_error(AclOperation.DELETE, name, audit=False)
 
 
 def _topic_alter_error(checks: Access, ctx: Any, entry: Any) -> ErrorCode | None:
-    if checks.topic(AclOperation.ALTER, entry.name, audit=False):
-        return None
-    return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return checks.topic_error(AclOperation.ALTER, entry.name, audit=False)
 
 
 def _alter_configs_error(checks: Access, ctx: Any, resource: Any) -> ErrorCode | None:
-    kind = int(resource.resource_type)
-    if kind == _CONFIG_RESOURCE_TOPIC:
-        allowed = checks.topic(AclOperation.ALTER_CONFIGS, resource.resource_name, audit=False)
-        return None if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    if kind in (_CONFIG_RESOURCE_BROKER, _CONFIG_RESOURCE_BROKER_LOGGER):
-        allowed = checks.cluster(AclOperation.ALTER_CONFIGS, audit=False)
-        return None if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    return None
+    return checks.config_resource_error(
+        AclOperation.ALTER_CONFIGS, int(resource.resource_type), resource.resource_name, audit=False
+    )
 
 
 _FORWARDED_ITEMS: dict[int, _Items] = {
