@@ -14,7 +14,8 @@ SEEDS = range(600)
 def test_every_seed_keeps_every_invariant_and_acknowledges_once_faults_stop() -> None:
     failures = []
     shapes = set()
-    acknowledged = elections = truncations = 0
+    acknowledged = elections = truncations = isr_changes = 0
+    write_errors: set[str] = set()
     for seed in SEEDS:
         result = run_seed(SimOptions.for_seed(seed))
         shapes.add(result.options.brokers)
@@ -27,10 +28,19 @@ def test_every_seed_keeps_every_invariant_and_acknowledges_once_faults_stop() ->
         acknowledged += result.acknowledged
         elections += result.elections
         truncations += result.truncations
+        isr_changes += result.isr_changes
+        write_errors |= set(result.write_errors)
     assert failures == []
     assert shapes == {3, 5}
-    # The faults did what they are for: leaders moved and followers truncated diverging logs.
+    # The faults did what they are for: leaders moved, followers truncated diverging logs, the
+    # ISR shrank and grew, and waiting writes failed in each way a leader fails them.
     assert elections > len(SEEDS) and truncations > len(SEEDS) // 2
+    assert isr_changes > len(SEEDS)
+    assert write_errors == {
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "NOT_LEADER_OR_FOLLOWER",
+        "REQUEST_TIMED_OUT",
+    }
     assert acknowledged > 10 * len(SEEDS)
 
 

@@ -117,6 +117,10 @@ class SimResult:
     truncations: int
     end_ms: int
     failure: str | None = None
+    #: ISR changes the controller accepted from leaders.
+    isr_changes: int = 0
+    #: How waiting acks=all writes ended other than acknowledged, by error name.
+    write_errors: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -158,6 +162,7 @@ class SimController:
         self.states = states
         self.fenced: set[int] = set()
         self.elections = 0
+        self.isr_changes = 0
 
     def _elect(self, state: PartitionState) -> None:
         live = [r for r in state.isr if r not in self.fenced]
@@ -209,6 +214,7 @@ class SimController:
             return ErrorCode.INELIGIBLE_REPLICA
         state.isr = intent.new_isr
         state.partition_epoch += 1
+        self.isr_changes += 1
         return ErrorCode.NONE
 
 
@@ -278,6 +284,7 @@ class ReplicationSimulation:
         self.pending: dict[tuple[int, int, int], tuple[bytes, int]] = {}
         self.acknowledged = 0
         self.truncations = 0
+        self.write_errors: dict[str, int] = {}
         self.markers: dict[int, bytes] = {}
         self.markers_acked: set[int] = set()
         self.events = 0
@@ -499,6 +506,9 @@ class ReplicationSimulation:
             pending = self.pending.pop((broker_id, partition, completion.token), None)
             if pending is not None and completion.error is ErrorCode.NONE:
                 self._acknowledged(partition, *pending)
+            elif pending is not None:
+                name = completion.error.name
+                self.write_errors[name] = self.write_errors.get(name, 0) + 1
 
     def _control(self) -> None:
         """The controller's heartbeat bookkeeping: fence the silent, unfence the back."""
@@ -652,6 +662,8 @@ class ReplicationSimulation:
             self.truncations,
             self.now,
             failure,
+            self.controller.isr_changes,
+            self.write_errors,
         )
 
     def _run(self) -> None:
@@ -834,7 +846,8 @@ def _main(argv: list[str] | None = None) -> int:
         describe=lambda result: (
             f"{result.events} events, {result.acknowledged} acknowledged writes, "
             f"{result.committed} committed batches, {result.elections} elections, "
-            f"{result.truncations} truncations, {result.end_ms} ms simulated"
+            f"{result.truncations} truncations, {result.isr_changes} ISR changes, "
+            f"acks=all failures {result.write_errors}, {result.end_ms} ms simulated"
         ),
         tally=("acknowledged writes", lambda result: result.acknowledged),
         progress=args.progress,
