@@ -545,3 +545,33 @@ def test_quorum_voters_are_read_as_kafka_writes_them() -> None:
     for bad in ("1@localhost", "x@host:1", "1@host:1,1@other:2", "1@host:99999", ""):
         with pytest.raises(ConfigError, match=r"controller\.quorum\.voters"):
             parse_quorum_voters(bad)
+
+
+def test_the_metrics_hooks_time_each_commit_and_each_election(tmp_path: Path) -> None:
+    """The broker's metrics observe the driver through two hooks: every committed proposal
+    of the leader, and every stretch a member knew no leader until it knew one."""
+
+    async def scenario(quorum: Quorum) -> None:
+        first = await quorum.elected()
+        commits: dict[int, list[float]] = {n: [] for n in quorum.members}
+        elections: dict[int, list[float]] = {n: [] for n in quorum.members}
+        for n, member in quorum.members.items():
+            member.d.on_commit_latency = commits[n].append
+            member.d.on_election = elections[n].append
+        await commit_on(first, [f"v{i}".encode() for i in range(5)])
+        assert len(commits[first.node_id]) == 5 and min(commits[first.node_id]) >= 0
+        # Followers propose nothing: they time no commit, and no election happened.
+        assert all(not commits[n] for n in quorum.members if n != first.node_id)
+        assert all(not e for e in elections.values())
+
+        await first.stop()
+        rest = quorum.running()
+        second = await quorum.elected(rest)
+        # Each survivor lost the leader and then knew the next one: one election each.
+        for member in rest:
+            assert len(elections[member.node_id]) == 1, member.node_id
+            assert elections[member.node_id][0] > 0
+        await commit_on(second, [b"after"])
+        assert len(commits[second.node_id]) == 1
+
+    run_quorum(tmp_path, scenario)
