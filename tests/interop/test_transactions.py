@@ -636,3 +636,70 @@ def test_tidelog_client_a_failed_record_makes_the_transaction_abort_only(
         producer.close()
     assert read_values(broker, topic_name, 1) == ["next"]
     assert tidelog_read_committed(broker, topic_name, 1) == ["next"]
+
+
+def test_tidelog_client_consume_transform_produce_with_group_metadata(
+    broker: BrokerProcess, topic_name: str
+) -> None:
+    """The Tidelog consumer in a group and the Tidelog transactional producer: offsets go
+    with the output in each transaction, named by the member (KIP-447); a member from
+    another generation is refused, and only an abort ends that transaction."""
+    from tidelog.client import ConsumerGroupMetadata
+
+    source, sink, group = f"{topic_name}-in", f"{topic_name}-out", f"{topic_name}-g"
+    create_topic(broker, source, 2)
+    create_topic(broker, sink, 2)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    inputs = [f"in-{i}" for i in range(20)]
+    for i, value in enumerate(inputs):
+        plain.produce(source, value=value.encode(), partition=i % 2)
+    plain.flush(TIMEOUT)
+    consumer = TidelogConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = tidelog_txn_producer(broker, f"{topic_name}-etl")
+    try:
+        consumer.subscribe([source])
+        records = wait_until(lambda: consumer.poll(0.5), "the member's first records")
+        member = consumer.group_metadata()
+        assert member.member_id and member.generation_id >= 1
+        positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
+
+        # A zombie: the same member id from another generation is fenced by the coordinator.
+        producer.begin_transaction()
+        stale = ConsumerGroupMetadata(group, member.generation_id + 1, member.member_id)
+        with pytest.raises(ClientError) as fenced:
+            producer.send_offsets_to_transaction(positions, stale, TIMEOUT)
+        assert fenced.value.code is ErrorCode.ILLEGAL_GENERATION
+        with pytest.raises(ClientError):
+            producer.commit_transaction(TIMEOUT)
+        producer.abort_transaction(TIMEOUT)
+
+        done = 0
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            producer.begin_transaction()
+            for r in records:
+                producer.send(sink, r.value.upper(), partition=r.partition)
+            positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
+            producer.send_offsets_to_transaction(positions, consumer.group_metadata(), TIMEOUT)
+            producer.commit_transaction(TIMEOUT)
+            done += len(records)
+            if done >= len(inputs):
+                break
+            assert time.monotonic() < deadline, f"processed {done} of {len(inputs)}"
+            records = consumer.poll(0.5)
+        assert done == len(inputs)
+    finally:
+        producer.close()
+        consumer.close()
+    with TidelogAdmin({"bootstrap.servers": broker.bootstrap}) as admin:
+        committed = admin.list_consumer_group_offsets(group)
+    assert {tp.partition: o.offset for tp, o in committed.items() if o} == {0: 10, 1: 10}
+    assert sorted(read_values(broker, sink, 2)) == sorted(v.upper() for v in inputs)

@@ -21,6 +21,7 @@ from tidelog.client.errors import (
     UnsupportedApiError,
 )
 from tidelog.client.groups import (
+    ConsumerGroupMetadata,
     ConsumerProtocolError,
     GroupDescription,
     GroupListing,
@@ -37,6 +38,7 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    PartitionReassignment,
     ProducerState,
     QuorumInfo,
     QuorumReplica,
@@ -59,6 +61,7 @@ __all__ = [
     "ConfigError",
     "ConfigResource",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerProtocolError",
     "ConsumerRecord",
     "GroupDescription",
@@ -70,6 +73,7 @@ __all__ = [
     "OffsetAndMetadata",
     "PartialFailureError",
     "PartitionInfo",
+    "PartitionReassignment",
     "Producer",
     "ProducerState",
     "QuorumInfo",

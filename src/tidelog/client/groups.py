@@ -52,6 +52,18 @@ class OffsetAndMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A group member as a transactional producer names it when it commits offsets in a
+    transaction (KIP-447): its coordinator then fences a member that is no longer in the
+    group's current generation. Only ``group_id``: no fencing (generation -1)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Assignment:
     version: int
     partitions: tuple[TopicPartition, ...]

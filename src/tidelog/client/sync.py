@@ -25,8 +25,13 @@ from tidelog.client.aio.producer import (
     HeaderList,
 )
 from tidelog.client.cluster import BrokerInfo, TopicInfo
-from tidelog.client.errors import ClientClosedError
-from tidelog.client.groups import GroupDescription, GroupListing, OffsetAndMetadata
+from tidelog.client.errors import ClientClosedError, ClientError
+from tidelog.client.groups import (
+    ConsumerGroupMetadata,
+    GroupDescription,
+    GroupListing,
+    OffsetAndMetadata,
+)
 from tidelog.client.membership import RebalanceListener
 from tidelog.client.offsets import OffsetSpec
 from tidelog.client.types import (
@@ -37,6 +42,7 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    PartitionReassignment,
     ProducerState,
     QuorumInfo,
     RecordMetadata,
@@ -201,10 +207,10 @@ class Producer(_Facade):
     def send_offsets_to_transaction(
         self,
         offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-        group_id: str,
+        group: str | ConsumerGroupMetadata,
         timeout: float | None = None,
     ) -> None:
-        self._run(self._core.send_offsets_to_transaction(dict(offsets), group_id, timeout))
+        self._run(self._core.send_offsets_to_transaction(dict(offsets), group, timeout))
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._run(self._core.commit_transaction(timeout))
@@ -236,6 +242,9 @@ class Consumer(_Facade):
 
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(AIOConsumer, config, kwargs)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._core.group_metadata()
 
     def subscribe(
         self,
@@ -396,6 +405,30 @@ class Admin(_Facade):
         self, new_totals: Mapping[str, int], *, validate_only: bool = False
     ) -> None:
         self._run(self._core.create_partitions(dict(new_totals), validate_only=validate_only))
+
+    def elect_leaders(
+        self, election_type: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, ClientError | None]:
+        wanted = None if partitions is None else list(partitions)
+        result: dict[TopicPartition, ClientError | None] = self._run(
+            self._core.elect_leaders(election_type, wanted)
+        )
+        return result
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Iterable[int] | None]
+    ) -> None:
+        frozen = {tp: None if r is None else list(r) for tp, r in targets.items()}
+        self._run(self._core.alter_partition_reassignments(frozen))
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        wanted = None if partitions is None else list(partitions)
+        result: dict[TopicPartition, PartitionReassignment] = self._run(
+            self._core.list_partition_reassignments(wanted)
+        )
+        return result
 
     def describe_configs(
         self, resources: Iterable[ConfigResource], *, keys: Iterable[str] | None = None

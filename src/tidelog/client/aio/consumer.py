@@ -64,7 +64,7 @@ from tidelog.client.errors import (
     PartialFailureError,
     broker_error,
 )
-from tidelog.client.groups import OffsetAndMetadata
+from tidelog.client.groups import ConsumerGroupMetadata, OffsetAndMetadata
 from tidelog.client.membership import (
     COORDINATOR_RETRY_CODES,
     CommitFailedError,
@@ -327,6 +327,20 @@ class AIOConsumer:
         self._check_wakeup()
 
     # -- subscriptions -------------------------------------------------------------------------
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member as a transactional producer's ``send_offsets_to_transaction`` names
+        it (KIP-447): the group, and the member id and generation while subscribed."""
+        group, _ = self._require_group()
+        membership = self._membership
+        if membership is None or not self.subscribed or not membership.member_id:
+            return ConsumerGroupMetadata(group)
+        return ConsumerGroupMetadata(
+            group,
+            membership.generation,
+            membership.member_id,
+            self.config["group.instance.id"],
+        )
 
     def subscribe(
         self,

@@ -110,7 +110,7 @@ from tidelog.client.errors import (
     ConfigError,
     broker_error,
 )
-from tidelog.client.groups import OffsetAndMetadata
+from tidelog.client.groups import ConsumerGroupMetadata, OffsetAndMetadata
 from tidelog.client.messages import epoch_millis
 from tidelog.client.partitioner import StickyPartitioner, partition_for_key
 from tidelog.client.types import RecordMetadata, TopicPartition
@@ -2128,13 +2128,15 @@ class AIOProducer:
     async def send_offsets_to_transaction(
         self,
         offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-        group_id: str,
+        group: str | ConsumerGroupMetadata,
         timeout: float | None = None,
     ) -> None:
-        """Commit ``offsets`` for ``group_id`` as part of the transaction: they count only
-        if it commits."""
+        """Commit ``offsets`` for ``group`` as part of the transaction: they count only if
+        it commits. Given a consumer's ``group_metadata()`` the group's coordinator refuses
+        them from a member that is no longer in the group's generation (KIP-447)."""
         txn = self._transactional()
-        await txn.send_offsets(offsets, group_id, self._max_block if timeout is None else timeout)
+        member = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(group)
+        await txn.send_offsets(offsets, member, self._max_block if timeout is None else timeout)
 
     async def commit_transaction(self, timeout: float | None = None) -> None:
         """Send every record of the transaction, then commit it."""

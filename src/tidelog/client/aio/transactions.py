@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tidelog.client.connection import Connection
 from tidelog.client.errors import BrokerConnectionError, ClientError, broker_error
-from tidelog.client.groups import OffsetAndMetadata
+from tidelog.client.groups import ConsumerGroupMetadata, OffsetAndMetadata
 from tidelog.client.types import TopicPartition
 from tidelog.protocol import ApiKey, ErrorCode
 
@@ -133,11 +133,24 @@ class TransactionManager:
         self._sync_flags()
 
     async def send_offsets(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group_id: str,
-        timeout: float,
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        member: ConsumerGroupMetadata, timeout: float,
     ) -> None:  # fmt: skip
         if self.state is not TxnState.IN_TRANSACTION:
             raise self.refusal()
+        try:
+            await self._send_offsets(offsets, member, timeout)
+        except ClientError as exc:
+            # The offsets may or may not be in the transaction now: only an abort is safe.
+            if self.state is TxnState.IN_TRANSACTION:
+                self._fail(exc, fatal=False)
+            raise
+
+    async def _send_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        member: ConsumerGroupMetadata, timeout: float,
+    ) -> None:  # fmt: skip
+        group_id = member.group_id
         deadline = time.monotonic() + timeout
         p = self.producer
         await self._call(
@@ -179,9 +192,9 @@ class TransactionManager:
                 "group_id": group_id,
                 "producer_id": p.producer_id,
                 "producer_epoch": p.producer_epoch,
-                "generation_id": -1,
-                "member_id": "",
-                "group_instance_id": None,
+                "generation_id": member.generation_id,
+                "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
                 "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
             },
             commit_error,
