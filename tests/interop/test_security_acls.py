@@ -9,7 +9,9 @@ confluent-kafka, kcat, kafka-python, aiokafka and the Java client each
 * fail with their own GROUP_AUTHORIZATION_FAILED error when alice consumes in a group she
   may not read.
 
-And through the admin APIs of confluent-kafka, kafka-python and the Java client: bob's
+A transactional producer of an id alice may not write fails with each client's
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (kcat has no transactions); with Write on the id, it
+commits. And through the admin APIs of confluent-kafka, kafka-python and the Java client: bob's
 topic listing leaves alice's topics out, his CreateTopics and DescribeConfigs are refused,
 and his idempotent Java producer gets ClusterAuthorizationException (no Write anywhere).
 
@@ -371,3 +373,89 @@ def test_admin_apis_and_metadata_answer_each_user_by_their_acls(
     assert no_producer_id.value.error == (
         "org.apache.kafka.common.errors.ClusterAuthorizationException"
     )
+
+
+# -- transactional ids ---------------------------------------------------------------------
+
+
+def _txn_confluent(s: Settings, topic: str, transactional_id: str) -> object:
+    producer = Producer(
+        {"bootstrap.servers": s.bootstrap, "transactional.id": transactional_id, **s.librdkafka}
+    )
+    try:
+        producer.init_transactions(TIMEOUT)
+    except KafkaException as refused:
+        return refused.args[0].code()
+    producer.begin_transaction()
+    producer.produce(topic, b"in-a-transaction", partition=0)
+    producer.commit_transaction(TIMEOUT)
+    return KafkaError.NO_ERROR
+
+
+def _txn_kafka_python(s: Settings, topic: str, transactional_id: str) -> object:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=s.bootstrap, transactional_id=transactional_id, **s.python
+    )
+    try:
+        with pytest.raises(Exception) as refused:
+            producer.init_transactions()
+    finally:
+        producer.close(timeout=0)
+    return type(refused.value)
+
+
+def _txn_aiokafka(s: Settings, topic: str, transactional_id: str) -> object:
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap,
+            transactional_id=transactional_id,
+            **_aiokafka_options(s),
+        )
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    with pytest.raises(Exception) as refused:
+        asyncio.run(asyncio.wait_for(run(), 2 * TIMEOUT))
+    return type(refused.value)
+
+
+def _txn_java(java: JavaClient, s: Settings, topic: str, transactional_id: str) -> object:
+    client = java.bound(s.bootstrap)
+    configs = {**s.java, "max.block.ms": "10000"}
+    step_ = produce_step(
+        topic, records_for("txn"), configs=configs, transactional_id=transactional_id
+    )
+    with pytest.raises(JavaClientError) as refused:
+        client.batch(step_)
+    return refused.value.error
+
+
+def test_transactional_ids_are_checked_for_every_client(
+    acl_broker: AclBroker, certs: dict[str, Path], java_client: JavaClient, open_topic: str
+) -> None:
+    """kcat has no transactions, so it is not in this one."""
+    from aiokafka import errors as aio_errors
+    from kafka import errors as kp_errors
+
+    s = settings(acl_broker, ALICE, certs)
+    closed = f"closed-tx-{uuid.uuid4().hex[:8]}"
+    assert _txn_confluent(s, open_topic, closed) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert _txn_kafka_python(s, open_topic, closed) is (
+        kp_errors.TransactionalIdAuthorizationFailedError
+    )
+    assert _txn_aiokafka(s, open_topic, closed) is aio_errors.TransactionalIdAuthorizationFailed
+    assert _txn_java(java_client, s, open_topic, closed) == (
+        "org.apache.kafka.common.errors.TransactionalIdAuthorizationException"
+    )
+    # With Write on the id, the same producer commits.
+    setup = AdminClient({"bootstrap.servers": acl_broker.bootstrap})
+    allowed = _acl(ResourceType.TRANSACTIONAL_ID, "open-tx-", AclOperation.WRITE)
+    assert setup.create_acls([allowed])[allowed].result(TIMEOUT) is None
+    opened = f"open-tx-{uuid.uuid4().hex[:8]}"
+    assert _txn_confluent(s, open_topic, opened) == KafkaError.NO_ERROR
