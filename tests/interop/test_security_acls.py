@@ -11,7 +11,8 @@ confluent-kafka, kcat, kafka-python, aiokafka and the Java client each
 
 A transactional producer of an id alice may not write fails with each client's
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (kcat has no transactions); with Write on the id, it
-commits. And through the admin APIs of confluent-kafka, kafka-python and the Java client: bob's
+commits. A literal DENY of Read inside alice's ALLOW of All refuses her reads, in every
+client, and keeps her writes. And through the admin APIs of confluent-kafka, kafka-python and the Java client: bob's
 topic listing leaves alice's topics out, his CreateTopics and DescribeConfigs are refused,
 and his idempotent Java producer gets ClusterAuthorizationException (no Write anywhere).
 
@@ -459,3 +460,113 @@ def test_transactional_ids_are_checked_for_every_client(
     assert setup.create_acls([allowed])[allowed].result(TIMEOUT) is None
     opened = f"open-tx-{uuid.uuid4().hex[:8]}"
     assert _txn_confluent(s, open_topic, opened) == KafkaError.NO_ERROR
+
+
+# -- a DENY inside an ALLOW --------------------------------------------------------------------
+
+
+def _read_confluent(s: Settings, topic: str) -> object:
+    consumer = Consumer(
+        {"bootstrap.servers": s.bootstrap, "group.id": f"g-{topic}", **s.librdkafka}
+    )
+    errors: list[KafkaError | None] = []
+
+    def poll() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error():
+            errors.append(msg.error())
+        return bool(errors)
+
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        wait_until(poll, "librdkafka's fetch error", TIMEOUT)
+    finally:
+        consumer.close()
+    first = errors[0]
+    assert first is not None
+    return first.code()
+
+
+def _read_kcat(s: Settings, topic: str) -> object:
+    result = subprocess.run(
+        [kc.KCAT, *_kcat_args(s), "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e"],
+        capture_output=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    return result.stderr.decode(errors="replace")
+
+
+def _read_kafka_python(s: Settings, topic: str) -> object:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=s.bootstrap, enable_auto_commit=False, **s.python)
+    try:
+        consumer.assign([KpPartition(topic, 0)])
+        with pytest.raises(Exception) as refused:
+            wait_until(lambda: bool(consumer.poll(500)), "kafka-python's fetch error", TIMEOUT)
+    finally:
+        consumer.close()
+    return type(refused.value)
+
+
+def _read_aiokafka(s: Settings, topic: str) -> object:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioPartition
+
+    async def run() -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap, enable_auto_commit=False, **_aiokafka_options(s)
+        )
+        await consumer.start()
+        try:
+            consumer.assign([AioPartition(topic, 0)])
+            await consumer.seek_to_beginning()
+            while True:
+                await consumer.getmany(timeout_ms=500)
+        finally:
+            await consumer.stop()
+
+    with pytest.raises(Exception) as refused:
+        asyncio.run(asyncio.wait_for(run(), 2 * TIMEOUT))
+    return type(refused.value)
+
+
+def _read_java(java: JavaClient, s: Settings, topic: str) -> object:
+    client = java.bound(s.bootstrap)
+    with pytest.raises(JavaClientError) as refused:
+        client.batch(consume_step(topic, max_records=1, partitions=[0], configs=s.java))
+    return refused.value.error
+
+
+def test_a_deny_beats_the_allow_for_every_client(
+    acl_broker: AclBroker, certs: dict[str, Path], java_client: JavaClient
+) -> None:
+    from aiokafka import errors as aio_errors
+    from kafka import errors as kp_errors
+
+    topic = f"open-deny-{uuid.uuid4().hex[:8]}"
+    create_topic(acl_broker, topic)
+    setup = AdminClient({"bootstrap.servers": acl_broker.bootstrap})
+    deny = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.DENY,
+    )
+    assert setup.create_acls([deny])[deny].result(TIMEOUT) is None
+    s = settings(acl_broker, ALICE, certs)
+    # Writing is still allowed (All on the prefix); reading is denied.
+    producer = Producer({"bootstrap.servers": s.bootstrap, **s.librdkafka})
+    outcomes: list[KafkaError | None] = []
+    producer.produce(topic, b"written", partition=0, on_delivery=lambda e, _: outcomes.append(e))
+    assert producer.flush(TIMEOUT) == 0 and outcomes == [None], outcomes
+    assert _read_confluent(s, topic) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "Topic authorization failed" in str(_read_kcat(s, topic))
+    assert _read_kafka_python(s, topic) is kp_errors.TopicAuthorizationFailedError
+    assert _read_aiokafka(s, topic) is aio_errors.TopicAuthorizationFailedError
+    assert _read_java(java_client, s, topic) == (
+        "org.apache.kafka.common.errors.TopicAuthorizationException"
+    )
