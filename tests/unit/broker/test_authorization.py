@@ -608,37 +608,38 @@ def test_handlers_answer_as_the_reference_model(
     def allowed(op: AclOperation, name: str) -> bool:
         return reference_allows(acls, principal, op, name, everyone)
 
+    def expected(operation: AclOperation) -> dict[str, int]:
+        """Per named topic: denied first, then whether it exists (NAMES do, "zz" not)."""
+        return {
+            n: (
+                E.TOPIC_AUTHORIZATION_FAILED
+                if not allowed(operation, n)
+                else E.NONE
+                if n in NAMES
+                else E.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            for n in named
+        }
+
     every = send(broker, who, ApiKey.METADATA, 12, metadata_request(12, None))
     assert sorted(t.name for t in every.topics) == [n for n in NAMES if allowed(Op.DESCRIBE, n)]
-
     request = metadata_request(12, named, allow_auto_topic_creation=False)
-    answered = {
-        t.name: t.error_code for t in send(broker, who, ApiKey.METADATA, 12, request).topics
-    }
-    assert answered == {
-        n: (
-            E.TOPIC_AUTHORIZATION_FAILED
-            if not allowed(Op.DESCRIBE, n)
-            else E.NONE
-            if n in NAMES
-            else E.UNKNOWN_TOPIC_OR_PARTITION
-        )
-        for n in named
-    }
+    answered = send(broker, who, ApiKey.METADATA, 12, request).topics
+    assert {t.name: t.error_code for t in answered} == expected(Op.DESCRIBE)
 
-    produced = send(
-        broker, who, ApiKey.PRODUCE, 9, produce_request(9, {n: {0: make_batch()} for n in named})
-    )
-    assert produce_errors(produced) == {
-        n: (
-            E.TOPIC_AUTHORIZATION_FAILED
-            if not allowed(Op.WRITE, n)
-            else E.NONE
-            if n in NAMES
-            else E.UNKNOWN_TOPIC_OR_PARTITION
-        )
-        for n in named
-    }
+    batches = {n: {0: make_batch()} for n in named}
+    produced = send(broker, who, ApiKey.PRODUCE, 9, produce_request(9, batches))
+    assert produce_errors(produced) == expected(Op.WRITE)
+
+    request = fetch_request(broker, 12, [Want(n) for n in named], max_wait_ms=0)
+    fetched = send(broker, who, ApiKey.FETCH, 12, request)
+    assert {t.topic: t.partitions[0].error_code for t in fetched.responses} == expected(Op.READ)
+
+    listed = {}
+    for n in named:
+        [topic] = send(broker, who, ApiKey.LIST_OFFSETS, 7, list_offsets_request(n)).topics
+        listed[n] = topic.partitions[0].error_code
+    assert listed == expected(Op.DESCRIBE)
 
 
 _MODEL_BROKERS: dict[int, Broker] = {}
