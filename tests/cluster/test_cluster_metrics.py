@@ -2,7 +2,9 @@
 its ``metrics.listener``: every node names the leader DescribeQuorum names, one node is the
 active controller, the leader sees every voter caught up while confluent-kafka creates a
 topic and produces; after the leader is killed the survivors agree on a new leader in a
-higher epoch, have timed the election, and the dead node's broker is counted fenced."""
+higher epoch, have timed the election, and the dead node's broker is counted fenced. A real
+Prometheus scrapes the three nodes and evaluates the example quorum alert rules: healthy, none
+fires; once a node is killed, the fenced-broker rule's condition holds."""
 
 from __future__ import annotations
 
@@ -15,7 +17,17 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from interop_broker import free_port
 from interop_data import wait_until
-from interop_metrics import Sample, scrape, value
+from interop_metrics import (
+    PROMETHEUS_TIMEOUT_S,
+    PrometheusServer,
+    Sample,
+    metric_names,
+    scrape,
+    value,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
+QUORUM_ALERTS = EXAMPLES / "tidelog-quorum-alerts.yml"
 
 
 class MeteredCluster:
@@ -144,3 +156,55 @@ def test_quorum_figures_agree_and_follow_a_failover(metered: MeteredCluster) -> 
     wait_until(fenced_everywhere, f"the broker of node {leader} to be fenced", timeout=30)
     after = metered.scrape(survivors)
     assert set(_gauge(after, "kafka_controller_active_broker_count").values()) == {2}
+
+
+def test_prometheus_evaluates_the_quorum_alert_rules(tmp_path: Path) -> None:
+    metered = MeteredCluster(tmp_path / "cluster")
+    cluster = metered.cluster
+    (tmp_path / "prometheus").mkdir()
+    prometheus = PrometheusServer(
+        tmp_path / "prometheus",
+        [f"127.0.0.1:{port}" for port in metered.ports.values()],
+        [QUORUM_ALERTS],
+    )
+    try:
+        cluster.start()
+        nodes = sorted(cluster.nodes)
+        leader = cluster.wait_leader()
+        prometheus.start()
+
+        # Every name the rules use is one a quorum node exports.
+        exported = {name for name, _ in scrape(metered.ports[leader])}
+        wait_until(
+            lambda: all(rule["health"] == "ok" for rule in prometheus.rules()),
+            "every quorum rule evaluated",
+            timeout=PROMETHEUS_TIMEOUT_S,
+        )
+        rules = {rule["name"]: rule for rule in prometheus.rules()}
+        used = set().union(*(metric_names(rule["query"]) for rule in rules.values()))
+        assert used - exported == set()
+        assert "kafka_controller_fenced_broker_count" in used
+        # A healthy quorum: a leader everywhere, nobody fenced, nobody behind.
+        assert all(rule["state"] == "inactive" for rule in rules.values()), rules
+
+        victim = next(n for n in nodes if n != leader)
+        cluster.nodes[victim].kill()
+
+        def fenced_rule_holds() -> bool:
+            rule = {r["name"]: r for r in prometheus.rules()}["TidelogFencedBrokers"]
+            # pending: the condition holds; it fires after its `for` of five minutes.
+            return rule["state"] in ("pending", "firing")
+
+        wait_until(fenced_rule_holds, f"TidelogFencedBrokers to hold once node {victim} died", 60)
+        survivors = [n for n in nodes if n != victim]
+        assert prometheus.scalar('max(kafka_controller_fenced_broker_count{job="tidelog"})') == 1
+        # The quorum kept its leader (a follower died): no node is without one.
+        leaders = {
+            int(v)
+            for v in _gauge(metered.scrape(survivors), "kafka_raft_current_leader").values()
+            if v is not None
+        }
+        assert leaders == {leader}
+    finally:
+        prometheus.stop()
+        cluster.close()
