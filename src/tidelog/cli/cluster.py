@@ -11,8 +11,9 @@ session: a Ctrl-C reaches this supervisor only, which then stops them one by one
 so. A node that exits before it is ready stops the start: one line names it with the tail
 of its log, and the others are stopped.
 
-``cluster describe`` lists the brokers (fenced ones too), the controller the brokers name,
-and the quorum's leader, epoch, high watermark and each voter's lag.
+``cluster describe`` lists the brokers (fenced ones too) with how many partitions each
+leads and how many replicas it holds, the controller the brokers name, and the quorum's
+leader, epoch, high watermark and each voter's lag.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,7 +36,7 @@ from tidelog.cli.metadata_quorum import (
     print_replication,
 )
 from tidelog.cli.output import UsageError, fail, guarded, print_table
-from tidelog.client import Admin, ClientError
+from tidelog.client import Admin, ClientError, TopicInfo
 
 DEFAULT_BASE_DIR = "/tmp/tidelog-cluster"
 # Clients reach node n on CLIENT_BASE_PORT + n - 1, its controller listener is
@@ -436,19 +438,40 @@ def _print_ready(nodes: Sequence[Node], cluster_id: str) -> None:
 # ---------------------------------------------------------------------------- describe
 
 
+def replica_counts(topics: Iterable[TopicInfo]) -> tuple[Counter[int], Counter[int]]:
+    """How many partitions (internal topics included) each broker leads, and how many
+    replicas it holds."""
+    leaders: Counter[int] = Counter()
+    replicas: Counter[int] = Counter()
+    for topic in topics:
+        for p in topic.partitions:
+            if p.leader >= 0:
+                leaders[p.leader] += 1
+            replicas.update(p.replicas)
+    return leaders, replicas
+
+
 def _run_describe(args: argparse.Namespace) -> int:
     if args.bootstrap_controller and args.controllers:
         raise UsageError("--controllers goes with --bootstrap-server")
     bootstrap = args.bootstrap_server or args.bootstrap_controller
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         cluster = admin.describe_cluster(include_fenced_brokers=True)
+        leaders, replicas = replica_counts(admin.describe_topics().values())
     print(f"ClusterId:    {cluster.cluster_id or ''}")
     print(f"ControllerId: {cluster.controller_id}")
     print()
     print_table(
-        ("ID", "HOST:PORT", "RACK", "STATE"),
+        ("ID", "HOST:PORT", "RACK", "STATE", "LEADERS", "REPLICAS"),
         (
-            (b.node_id, f"{b.host}:{b.port}", b.rack or "-", "fenced" if b.fenced else "active")
+            (
+                b.node_id,
+                f"{b.host}:{b.port}",
+                b.rack or "-",
+                "fenced" if b.fenced else "active",
+                leaders.get(b.node_id, 0),
+                replicas.get(b.node_id, 0),
+            )
             for b in cluster.brokers
         ),
     )

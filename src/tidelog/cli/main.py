@@ -19,9 +19,11 @@ from tidelog.cli import (
     consume,
     dump_log,
     groups,
+    leader_election,
     metadata_quorum,
     perf,
     produce,
+    reassign_partitions,
     serve,
     storage,
     topics,
@@ -93,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(commands)
     metadata_quorum.add_parser(commands)
     topics.add_parser(commands)
+    reassign_partitions.add_parser(commands)
+    leader_election.add_parser(commands)
     produce.add_parser(commands)
     consume.add_parser(commands)
     configs.add_parser(commands)

@@ -4,8 +4,10 @@ aligned tables, and one-line errors (`tidelog <cmd>: <message>`, non-zero exit).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from tidelog.client import ClientError
@@ -49,6 +51,19 @@ def parse_pairs(items: Iterable[str], what: str = "--config") -> dict[str, str]:
             name = key.strip()
             out[name] = value
     return out
+
+
+def read_json_file(path: str, option: str) -> Any:
+    """The JSON a command-line option names; an unreadable file or bad JSON is a
+    UsageError naming the option."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{option} {path}: not valid JSON ({exc})") from None
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -87,6 +87,16 @@ class LogDirDescription:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment under way (ListPartitionReassignments, KIP-455): the replicas now
+    (the target followed by those being removed), and which are being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+
 class ListOffsetsResult(NamedTuple):
     offset: int
     timestamp: int
