@@ -314,6 +314,16 @@ def test_request_queue_size_and_time_split_over_a_real_connection(
             gone.close()
             await until(lambda: queued() == {"PLAINTEXT": 0})
 
+            # A handler that fails closes its connection: its request leaves the queue.
+            monkeypatch.setitem(HANDLERS, ApiKey.API_VERSIONS, failing)
+            broken = await connect()
+            await broken.send(api_versions_v3(5))
+            assert await broken.closed_by_peer()
+            await until(lambda: queued() == {"PLAINTEXT": 0})
+
+    async def failing(ctx: Any, request: Any) -> Any:
+        raise RuntimeError("a handler bug")
+
     asyncio.run(scenario())
     sample = parse(metrics.render(metrics.gather_requests()))
     assert value(sample, "kafka_network_request_queue_size", listener="PLAINTEXT") == 0
