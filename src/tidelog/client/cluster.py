@@ -22,7 +22,12 @@ from typing import Any
 
 from tidelog.client.config import Config
 from tidelog.client.connection import Connection
-from tidelog.client.errors import BrokerConnectionError, ClientClosedError, ClientError
+from tidelog.client.errors import (
+    BrokerConnectionError,
+    ClientClosedError,
+    ClientError,
+    broker_error,
+)
 from tidelog.client.messages import ZERO_UUID
 from tidelog.protocol import ApiKey, ErrorCode
 
@@ -346,3 +351,32 @@ class ClusterClient:
         self._bootstrap = None
         for conn in conns:
             await conn.close()
+
+
+#: FindCoordinator key types: a consumer group, a transactional id.
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+
+async def find_coordinator(
+    cluster: ClusterClient, key: str, key_type: int = GROUP_KEY, *, timeout_ms: int | None = None
+) -> BrokerInfo:
+    """The broker coordinating ``key`` (one FindCoordinator to any broker); the answer's
+    error raised as a :class:`ClientError` (COORDINATOR_NOT_AVAILABLE while it loads...)."""
+    conn = await cluster.any_connection()
+    try:
+        response = await conn.call(
+            ApiKey.FIND_COORDINATOR,
+            {"key": key, "key_type": key_type, "coordinator_keys": [key]},
+            timeout_ms=timeout_ms,
+        )
+    except BrokerConnectionError:
+        await cluster.forget(conn)
+        raise
+    # v4+ answers a list (one entry per key asked); earlier versions answer inline.
+    answer = response.coordinators[0] if hasattr(response, "coordinators") else response
+    code = ErrorCode.from_wire(int(answer.error_code))
+    if code is not ErrorCode.NONE:
+        what = "group" if key_type == GROUP_KEY else "transactional id"
+        raise broker_error(code, getattr(answer, "error_message", None), context=f"{what} {key!r}")
+    return BrokerInfo(int(answer.node_id), answer.host, int(answer.port))

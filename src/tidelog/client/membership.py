@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from tidelog.client.assignors import Assignor, GroupMember
-from tidelog.client.cluster import BrokerInfo, ClusterClient
+from tidelog.client.cluster import BrokerInfo, ClusterClient, find_coordinator
 from tidelog.client.config import Config
 from tidelog.client.connection import Connection
 from tidelog.client.errors import (
@@ -160,27 +160,7 @@ class CoordinatorLink:
         async with self._lookup:
             if self.coordinator is not None:
                 return self.coordinator
-            conn = await self.cluster.any_connection()
-            try:
-                response = await conn.call(
-                    ApiKey.FIND_COORDINATOR,
-                    {
-                        "key": self.group_id,
-                        "key_type": 0,
-                        "coordinator_keys": [self.group_id],
-                    },
-                )
-            except BrokerConnectionError:
-                await self.cluster.forget(conn)
-                raise
-            # v4+ answers a list (one entry per key asked); earlier versions answer inline.
-            answer = response.coordinators[0] if hasattr(response, "coordinators") else response
-            code = _code(answer)
-            if code is not ErrorCode.NONE:
-                raise broker_error(
-                    code, getattr(answer, "error_message", None), context=f"group {self.group_id!r}"
-                )
-            self.coordinator = BrokerInfo(int(answer.node_id), answer.host, int(answer.port))
+            self.coordinator = await find_coordinator(self.cluster, self.group_id)
             return self.coordinator
 
     async def _connection(self, blocking: bool) -> Connection:

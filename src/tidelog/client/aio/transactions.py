@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tidelog.client.cluster import GROUP_KEY, TRANSACTION_KEY, find_coordinator
 from tidelog.client.connection import Connection
 from tidelog.client.errors import BrokerConnectionError, ClientError, broker_error
 from tidelog.client.groups import ConsumerGroupMetadata, OffsetAndMetadata
@@ -26,8 +27,6 @@ from tidelog.protocol import ApiKey, ErrorCode
 if TYPE_CHECKING:
     from tidelog.client.aio.producer import AIOProducer
 
-TRANSACTION_KEY = 1
-GROUP_KEY = 0
 # The coordinator moved, is loading, or is still ending the previous transaction: ask again.
 _RETRY = frozenset(
     {
@@ -369,15 +368,7 @@ class TransactionManager:
         cluster = self.producer.cluster
         if not cluster.metadata.brokers:
             await cluster.refresh([])
-        conn = await cluster.any_connection()
-        response = await conn.call(
-            ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type, "coordinator_keys": [key]}
-        )
-        answer = response.coordinators[0] if hasattr(response, "coordinators") else response
-        code = ErrorCode.from_wire(int(answer.error_code))
-        if code is not ErrorCode.NONE:
-            raise broker_error(code, getattr(answer, "error_message", None), context="coordinator")
-        node = int(answer.node_id)
+        node = (await find_coordinator(cluster, key, key_type)).node_id
         if node not in cluster.metadata.brokers:
             await cluster.refresh([])
         found = await cluster.connection(node)
