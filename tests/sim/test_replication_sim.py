@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tidelog.records import BatchBuilder
+from tidelog.replication.replica import Replica, ReplicaConfig
+from tidelog.testing.replication_mutants import MUTANTS
 from tidelog.testing.replication_sim import SimOptions, _main, run_seed
+from tidelog.testing.sim_disk import SimReplicaLog
 
 # At least 500 seeds on every run of the suite; even seeds run 3 brokers, odd ones 5.
 SEEDS = range(600)
@@ -93,3 +97,29 @@ def test_the_soak_command_reports_a_summary(capsys: pytest.CaptureFixture[str]) 
     assert _main(["--seeds", "20", "--start", "5000", "--progress", "10"]) == 0
     out = capsys.readouterr().out
     assert "10 seeds, 0 failed" in out and "summary: 20 seeds, 0 failed" in out
+
+
+def last_replica_standing(replica_class: type[Replica]) -> tuple[int, int]:
+    """KIP-966's scenario in Kafka's acknowledgement mode: the ISR has shrunk to the leader
+    alone, which takes writes, loses power and, as the last ISR member, is elected again.
+    Returns (the high watermark consumers saw, the new leader's log end offset)."""
+    log = SimReplicaLog()
+    config = ReplicaConfig(1, min_insync_replicas=2, ack_after_fsync=False)
+    leader = replica_class(log, config)
+    leader.become_leader(3, 7, (1, 2, 3), (1,), now_ms=0)
+    for value in (b"a", b"b"):
+        builder = BatchBuilder()
+        builder.append(None, value, timestamp=0)
+        assert leader.append(builder.close(), acks=1, now_ms=0, timeout_ms=100).token is None
+    seen = leader.high_watermark
+    log.crash()
+    again = replica_class(log, config)
+    again.become_leader(4, 8, (1, 2, 3), (1,), now_ms=10)
+    return seen, log.log_end_offset
+
+
+def test_the_last_replica_standing_commits_nothing_it_could_lose_kip_966() -> None:
+    # With strict min ISR nothing was committed, so the power loss took nothing committed.
+    assert last_replica_standing(Replica) == (0, 0)
+    # Without it consumers saw offsets 0-1 as committed, and the re-elected leader lacks them.
+    assert last_replica_standing(MUTANTS["no-strict-min-isr"]) == (2, 0)

@@ -390,6 +390,8 @@ class Replica:
         self.log.append(batches, leader_epoch=self.leader_epoch, durable=durable)
         end = self.log.log_end_offset
         if acks != -1:
+            # An ISR of the leader alone (min.insync.replicas=1) commits at once.
+            self._maybe_advance_high_watermark()
             return AppendOutcome(ErrorCode.NONE, end)
         self._next_token += 1
         self._pending.append(_Pending(self._next_token, end, now_ms + timeout_ms))

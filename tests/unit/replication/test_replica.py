@@ -431,3 +431,9 @@ def test_by_default_an_acknowledged_write_survives_power_loss_of_every_replica()
 
 def test_kafkas_acknowledgement_loses_it() -> None:
     assert acknowledged_write_after_power_loss(fsync=False) == (True, False)
+
+
+def test_a_leader_alone_with_min_insync_replicas_one_commits_on_append() -> None:
+    replica = leader(log_with([]), isr=(1,), min_isr=1, fsync=False)
+    replica.append(batch(), acks=1, now_ms=0, timeout_ms=1000)
+    assert replica.high_watermark == 1
