@@ -126,6 +126,10 @@ def test_an_open_transaction_is_listed_described_and_aborted(
     (producer_row,) = rows(out)
     assert producer_row[0] == producer_id and producer_row[3] == "2"
     assert producer_row[5] == "0"
+    on_replica = ("describe-producers", "--topic", topic_name, "--partition", "0", "--broker-id")
+    assert rows(tx(broker, capsys, *on_replica, "1")[1]) == [producer_row]
+    status, err = tx(broker, capsys, *on_replica, "99")
+    assert status == 1 and err.startswith("tidelog transactions: ") and err.count("\n") == 1
 
     # Its coordinator still runs it: not hanging, however short the timeout searched for.
     status, out = tx(

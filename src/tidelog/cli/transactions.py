@@ -78,6 +78,9 @@ def add_parser(commands: Any) -> None:
         "describe-producers", help="the active producers of a topic partition"
     )
     add_bootstrap(producers)
+    producers.add_argument(
+        "--broker-id", type=int, metavar="N", help="ask this replica (default: the leader)"
+    )
     producers.add_argument("--topic", required=True)
     producers.add_argument("--partition", required=True, type=int)
     producers.set_defaults(run=guarded(COMMAND, _describe_producers))
@@ -188,7 +191,7 @@ def _describe(args: argparse.Namespace) -> int:
 def _describe_producers(args: argparse.Namespace) -> int:
     tp = _partition(args)
     with _admin(args) as admin:
-        producers = admin.describe_producers([tp])[tp]
+        producers = admin.describe_producers([tp], broker_id=args.broker_id)[tp]
     print_table(
         (
             "ProducerId",
@@ -320,7 +323,9 @@ def _find_hanging(args: argparse.Namespace) -> int:
         now_ms = _now_ms()
         candidates = [
             (tp, p)
-            for tp, producers in (admin.describe_producers(scope) if scope else {}).items()
+            for tp, producers in (
+                admin.describe_producers(scope, broker_id=args.broker_id) if scope else {}
+            ).items()
             for p in producers
             if p.current_txn_start_offset >= 0 and now_ms - p.last_timestamp > max_ms
         ]

@@ -515,10 +515,10 @@ class Admin(_Facade):
         return result
 
     def describe_producers(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], *, broker_id: int | None = None
     ) -> dict[TopicPartition, list[ProducerState]]:
         result: dict[TopicPartition, list[ProducerState]] = self._run(
-            self._core.describe_producers(list(partitions))
+            self._core.describe_producers(list(partitions), broker_id=broker_id)
         )
         return result
 

@@ -1018,17 +1018,20 @@ class AIOAdmin:
         )
 
     async def describe_producers(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], *, broker_id: int | None = None
     ) -> dict[TopicPartition, list[ProducerState]]:
-        """The producers each partition's leader keeps state for (DescribeProducers), with
-        the start offset of each one's open transaction there."""
+        """The producers each partition's leader (or the replica on ``broker_id``) keeps
+        state for (DescribeProducers), with the start offset of each one's open transaction
+        there."""
         wanted = list(dict.fromkeys(TopicPartition(*tp) for tp in partitions))
         await self.cluster.refresh(sorted({tp.topic for tp in wanted}))
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         errors: dict[object, ClientError] = {}
         for tp in wanted:
             leader = self.cluster.metadata.leader(tp.topic, tp.partition)
-            if leader is None:
+            if broker_id is not None:
+                by_leader[broker_id].append(tp)
+            elif leader is None:
                 known = tp.topic in self.cluster.metadata.topics
                 code = (
                     ErrorCode.LEADER_NOT_AVAILABLE
