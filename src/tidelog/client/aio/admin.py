@@ -66,6 +66,7 @@ from tidelog.client.types import (
     ListOffsetsResult,
     LogDirDescription,
     NewTopic,
+    PartitionReassignment,
     ProducerState,
     QuorumInfo,
     QuorumReplica,
@@ -97,6 +98,8 @@ CONFIG_SOURCES = {
     8: "GROUP_CONFIG",
 }
 CONFIG_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+# ElectLeaders' election types (v1+; v0 elects the preferred replica only).
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 
 # The coordinator of a group is moving or loading: look it up again and retry.
 COORDINATOR_RETRY_CODES = frozenset(
@@ -158,6 +161,14 @@ def _item_error(code: Any, message: str | None, item: str) -> ClientError | None
     if error is ErrorCode.NONE:
         return None
     return broker_error(error, message, context=item)
+
+
+def _by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partition numbers grouped under their topic, as requests list them."""
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for tp in partitions:
+        grouped[tp.topic].append(tp.partition)
+    return grouped
 
 
 def _answer_for(answers: Iterable[Any], key_field: str, key: str, item: str) -> Any:
@@ -318,6 +329,110 @@ class AIOAdmin:
         _check(errors, "create partitions")
         if not validate_only:
             await self.cluster.refresh(list(new_totals))
+
+    # -- replicas: leader elections and reassignments (KIP-460, KIP-455) ---------------------
+
+    async def elect_leaders(
+        self,
+        election_type: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ClientError | None]:
+        """Elect the preferred (or, with ``"unclean"``, any live) replica of ``partitions``,
+        or of every partition when None; each partition's outcome, None for an election
+        that took place. ELECTION_NOT_NEEDED is an outcome, not a failure of the call: the
+        caller decides whether "already elected" is fine (Kafka's tool says it is)."""
+        try:
+            kind = ELECTION_TYPES[election_type]
+        except KeyError:
+            raise ValueError(
+                f"election type {election_type!r}: expected one of {', '.join(ELECTION_TYPES)}"
+            ) from None
+        wanted = None if partitions is None else list(partitions)
+        response = await self._call_controller(
+            ApiKey.ELECT_LEADERS,
+            {
+                "election_type": kind,
+                "topic_partitions": None
+                if wanted is None
+                else [{"topic": t, "partitions": ps} for t, ps in _by_topic(wanted).items()],
+                "timeout": self._timeout_ms if timeout_ms is None else timeout_ms,
+            },
+        )
+        err = _item_error(response.error_code, None, "elect leaders")
+        if err is not None:
+            raise err
+        return {
+            TopicPartition(r.topic, int(p.partition_id)): _item_error(
+                p.error_code, p.error_message, f"partition {r.topic}-{int(p.partition_id)}"
+            )
+            for r in response.replica_election_results
+            for p in r.partition_result
+        }
+
+    async def alter_partition_reassignments(
+        self,
+        targets: Mapping[TopicPartition, Iterable[int] | None],
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Move each partition to the given replicas (the first is the preferred leader), or
+        cancel its reassignment under way when the value is None. Raises
+        :class:`PartialFailureError` naming every partition the controller refused."""
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp, replicas in targets.items():
+            by_topic[tp.topic].append(
+                {
+                    "partition_index": tp.partition,
+                    "replicas": None if replicas is None else list(replicas),
+                }
+            )
+        response = await self._call_controller(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            {
+                "timeout": self._timeout_ms if timeout_ms is None else timeout_ms,
+                "allow_replication_factor_change": True,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+            },
+        )
+        err = _item_error(response.error_code, response.error_message, "alter reassignments")
+        if err is not None:
+            raise err
+        errors: dict[object, ClientError] = {}
+        for t in response.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, int(p.partition_index))
+                item = _item_error(p.error_code, p.error_message, f"partition {tp}")
+                if item is not None:
+                    errors[tp] = item
+        _check(errors, "alter partition reassignments")
+
+    async def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments under way, of ``partitions`` or of the whole cluster; a
+        partition not being reassigned is left out."""
+        topics = None
+        if partitions is not None:
+            grouped = _by_topic(partitions).items()
+            topics = [{"name": t, "partition_indexes": ps} for t, ps in grouped]
+        response = await self._call_controller(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS,
+            {"timeout": self._timeout_ms, "topics": topics},
+        )
+        err = _item_error(response.error_code, response.error_message, "list reassignments")
+        if err is not None:
+            raise err
+        return {
+            TopicPartition(t.name, int(p.partition_index)): PartitionReassignment(
+                tuple(int(b) for b in p.replicas),
+                tuple(int(b) for b in p.adding_replicas),
+                tuple(int(b) for b in p.removing_replicas),
+            )
+            for t in response.topics
+            for p in t.partitions
+        }
 
     # -- configs -----------------------------------------------------------------------------
 
@@ -751,10 +866,7 @@ class AIOAdmin:
             )
         topics: list[dict[str, Any]] | None = None
         if wanted is not None:
-            by_topic: dict[str, list[int]] = defaultdict(list)
-            for tp in wanted:
-                by_topic[tp.topic].append(tp.partition)
-            topics = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
+            topics = [{"name": t, "partition_indexes": p} for t, p in _by_topic(wanted).items()]
         response = await conn.call(
             ApiKey.OFFSET_FETCH,
             {
