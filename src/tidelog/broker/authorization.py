@@ -372,6 +372,9 @@ _FORWARDED_ITEMS: dict[int, _Items] = {
 }
 #: Forwarded APIs that need one cluster operation for the whole request.
 _FORWARDED_CLUSTER_OPERATION: dict[int, AclOperation] = {
+    ApiKey.ELECT_LEADERS: AclOperation.ALTER,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: AclOperation.ALTER,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: AclOperation.DESCRIBE,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: AclOperation.ALTER,
     ApiKey.CREATE_ACLS: AclOperation.ALTER,
     ApiKey.DELETE_ACLS: AclOperation.ALTER,

@@ -880,3 +880,49 @@ def test_a_forwarded_request_carries_only_what_the_client_may_do(start_admin_bro
     [created] = forward(ADMIN, ApiKey.CREATE_ACLS, 3, acls).results
     assert created.error_code == E.NONE
     assert forwarded == [acls]
+
+
+def test_leadership_and_reassignment_apis_need_the_cluster(start_admin_broker: Any) -> None:
+    broker = start_admin_broker(AUTHZ)
+    topics(broker, "orders")
+    elect = schema("elect_leaders", 2)
+    election = elect.ElectLeadersRequest(
+        election_type=0,
+        topic_partitions=(elect.TopicPartitions(topic="orders", partitions=(0,)),),
+        timeout=timeout(),
+    )
+    refused = send(broker, ALICE, ApiKey.ELECT_LEADERS, 2, election)
+    assert refused.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    [topic] = refused.replica_election_results
+    assert topic.partition_result[0].error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert send(broker, ADMIN, ApiKey.ELECT_LEADERS, 2, election).error_code == E.NONE
+
+    alter = schema("alter_partition_reassignments", 1)
+    moves = alter.AlterPartitionReassignmentsRequest(
+        timeout=timeout(),
+        allow_replication_factor_change=False,
+        topics=(
+            alter.ReassignableTopic(
+                name="orders", partitions=(alter.ReassignablePartition(partition_index=0),)
+            ),
+        ),
+    )
+    moved = send(broker, ALICE, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, moves)
+    assert (moved.error_code, moved.responses) == (E.CLUSTER_AUTHORIZATION_FAILED, ())
+    listing = schema("list_partition_reassignments", 0).ListPartitionReassignmentsRequest(
+        timeout=timeout(), topics=None
+    )
+    assert send(broker, ALICE, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, listing).error_code == (
+        E.CLUSTER_AUTHORIZATION_FAILED
+    )
+    grant(broker, acl(CLUSTER, "kafka-cluster", Op.DESCRIBE))
+    assert send(broker, ALICE, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, listing).error_code == (
+        E.NONE
+    )
+
+    isr = schema("alter_partition", 3).AlterPartitionRequest(broker_id=1, topics=())
+    from tidelog.broker.handlers.registry import CONTROLLER_HANDLERS
+
+    ctx = context(broker, ApiKey.ALTER_PARTITION, 3, principal=ALICE)
+    answer = asyncio.run(CONTROLLER_HANDLERS[ApiKey.ALTER_PARTITION](ctx, isr))
+    assert answer.error_code == E.CLUSTER_AUTHORIZATION_FAILED

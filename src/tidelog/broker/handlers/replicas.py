@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from tidelog.broker.authorization import access
 from tidelog.broker.connection import RequestContext
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, controller, make, response_module
+from tidelog.metadata.acls import AclOperation
 from tidelog.metadata.controller.elections import ElectionType
 from tidelog.metadata.controller.isr import (
     AlterPartitionItem,
@@ -88,9 +90,14 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> object:
         ]
     )
     election_type = _election_type(request)
-    if election_type is None:
-        error = ApiError(
-            ErrorCode.INVALID_REQUEST, f"unknown election type {int(request.election_type)}"
+    denied = access(ctx).cluster_error(AclOperation.ALTER)
+    if election_type is None or denied is not None:
+        error = (
+            ApiError(denied, denied.message)
+            if denied is not None
+            else ApiError(
+                ErrorCode.INVALID_REQUEST, f"unknown election type {int(request.election_type)}"
+            )
         )
         return make(
             module.ElectLeadersResponse,
@@ -117,6 +124,16 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> object:
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS)
 async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> object:
     module = response_module("alter_partition_reassignments", ctx.api_version)
+    allow = bool(getattr(request, "allow_replication_factor_change", True))
+    if (denied := access(ctx).cluster_error(AclOperation.ALTER)) is not None:
+        return make(
+            module.AlterPartitionReassignmentsResponse,
+            throttle_time=ZERO_THROTTLE,
+            allow_replication_factor_change=allow,
+            error_code=denied.to_kio(),
+            error_message=denied.message,
+            responses=(),
+        )
     wanted = [
         ReassignmentRequest(
             topic.name,
@@ -126,7 +143,6 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
         for topic in request.topics
         for entry in topic.partitions
     ]
-    allow = bool(getattr(request, "allow_replication_factor_change", True))
     results = await ctx.broker.run_blocking(
         controller(ctx).alter_partition_reassignments,
         wanted,
@@ -160,6 +176,14 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
 @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS)
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> object:
     module = response_module("list_partition_reassignments", ctx.api_version)
+    if (denied := access(ctx).cluster_error(AclOperation.DESCRIBE)) is not None:
+        return make(
+            module.ListPartitionReassignmentsResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=denied.to_kio(),
+            error_message=denied.message,
+            topics=(),
+        )
     wanted = (
         None
         if request.topics is None
@@ -204,6 +228,14 @@ def _isr_members(entry: Any) -> tuple[IsrMember, ...]:
 @handles(ApiKey.ALTER_PARTITION, controller_only=True)
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> object:
     module = response_module("alter_partition", ctx.api_version)
+    # Only partition leaders send it: ClusterAction, as Kafka requires.
+    if (denied := access(ctx).cluster_error(AclOperation.CLUSTER_ACTION)) is not None:
+        return make(
+            module.AlterPartitionResponse,
+            throttle_time=ZERO_THROTTLE,
+            error_code=denied.to_kio(),
+            topics=(),
+        )
     items = []
     for topic in request.topics:
         for entry in topic.partitions:
