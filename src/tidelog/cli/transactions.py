@@ -3,10 +3,11 @@ kafka-transactions, on the client.
 
 ``list`` asks every broker's transaction coordinator (ListTransactions), ``describe`` the
 coordinator of one transactional id (FindCoordinator key type 1, then DescribeTransactions),
-``describe-producers`` a partition's leader (DescribeProducers). ``abort`` ends an open
-transaction on one partition with an ABORT marker (WriteTxnMarkers to the leader): the
-transaction is named by its start offset there, whose producer DescribeProducers gives, or
-by producer id, epoch and coordinator epoch, as with Kafka's tool. ``find-hanging`` looks
+``describe-producers`` a partition's leader, or the replica on ``--broker-id``
+(DescribeProducers). ``abort`` ends an open transaction on one partition with an ABORT
+marker (WriteTxnMarkers to the leader): the transaction is named by its start offset
+there, whose producer DescribeProducers gives, or by producer id, epoch and coordinator
+epoch, as with Kafka's tool. ``find-hanging`` looks
 for transactions open on partitions for longer than ``--max-transaction-timeout`` minutes
 that their coordinator will never end: no coordinator lists the producer id, the id is
 unknown to its coordinator, or its transaction there does not include the partition (it
