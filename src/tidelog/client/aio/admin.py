@@ -16,6 +16,11 @@ Transactions (KIP-664): ListTransactions goes to every broker, DescribeTransacti
 transactional id's coordinator (FindCoordinator key type 1, retried as for groups),
 DescribeProducers to each partition's leader, and an abort (WriteTxnMarkers with ABORT, as
 Kafka's ``abortTransaction`` sends it) to the partition's leader.
+
+Replicas: ElectLeaders (KIP-460), AlterPartitionReassignments and ListPartitionReassignments
+(KIP-455) go to the controller like topic changes. An unclean election needs ElectLeaders
+v1: v0 has no election type and would elect the preferred replica instead, so it is
+refused on a broker that only serves v0.
 """
 
 from __future__ import annotations
@@ -350,7 +355,15 @@ class AIOAdmin:
                 f"election type {election_type!r}: expected one of {', '.join(ELECTION_TYPES)}"
             ) from None
         wanted = None if partitions is None else list(partitions)
-        response = await self._call_controller(
+        conn = await self.cluster.controller_connection()
+        served = conn.broker_ranges.get(ApiKey.ELECT_LEADERS)
+        if served is None or (kind != ELECTION_TYPES["preferred"] and served[1] < 1):
+            raise UnsupportedApiError(
+                f"broker {conn.address} cannot run {election_type} elections (ElectLeaders "
+                f"{'not served' if served is None else f'v{served[1]} at most'})"
+            )
+        response = await self._call(
+            conn,
             ApiKey.ELECT_LEADERS,
             {
                 "election_type": kind,
