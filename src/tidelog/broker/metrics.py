@@ -13,16 +13,18 @@ request. Three paths, every other one is 404:
 
 What is counted where. The request path only increments: :meth:`BrokerMetrics.request_done`
 once per request (from the connection), the listener's request queue size once when a
-request is taken and once when it is answered, :meth:`BrokerMetrics.produced` once per appended
-partition of a Produce request and :meth:`BrokerMetrics.fetched` once per partition of a
-Fetch response that carries records (never per record), ``observe_fsync`` once per fsync round (a worker thread, through the
-log's ``on_sync`` hook). Everything else — log sizes and segment counts, partition counts,
-the groups' offsets and lag — is computed at scrape time from the live logs and the group
-coordinator; the quorum's figures from the Raft driver (two hooks time proposals and
-elections); the idle ratios from the event loop thread's CPU time and the handlers' time
-since the previous scrape. A scrape reads the state owned by the event loop on the loop (a
-copy of a few numbers per partition and group), then renders the text in a worker thread, so that a
-broker with thousands of partitions does not hold up requests while a scrape is encoded.
+request is taken and once when it is answered, :meth:`BrokerMetrics.produced` once per
+appended partition of a Produce request and :meth:`BrokerMetrics.fetched` once per partition
+of a Fetch response that carries records (never per record), ``observe_fsync`` once per
+fsync round (a worker thread, through the log's ``on_sync`` hook). Everything else — log
+sizes and segment counts, partition and ISR counts, the groups' offsets and lag (in records
+and in seconds), the coordinators' figures — is computed at scrape time from the live logs,
+the metadata image and the coordinators; the quorum's figures from the Raft driver (two
+hooks time proposals and elections); the idle ratios from the event loop thread's CPU time
+and the handlers' time since the previous scrape. A scrape reads the state owned by the
+event loop on the loop (a copy of a few numbers per partition and group), then renders the
+text in a worker thread, so that a broker with thousands of partitions does not hold up
+requests while a scrape is encoded.
 """
 
 from __future__ import annotations
