@@ -9,6 +9,10 @@ lists the target then the old replica; describe shows the replicas being added a
 removed; verify says it is still in progress; a second execute is refused without
 --additional), and that cancelling returns the partition to its broker with the records
 written before still there. They do not claim that data moves.
+
+A broker killed (SIGKILL) and fenced leaves its partitions without a leader:
+`--unavailable-partitions` and `--under-min-isr-partitions` list exactly those, with the
+replica shown offline, and `cluster describe` shows the broker fenced, leading nothing.
 """
 
 from __future__ import annotations
@@ -165,3 +169,44 @@ def test_moving_a_partition_to_another_broker_and_cancelling_it(
         f"but its replica set is [{source}] rather than [{target}]."
     )
     assert read_partition(cluster, 0, len(written)) == written
+
+
+def test_partitions_of_a_dead_broker_are_listed_as_unavailable(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with Admin({"bootstrap.servers": all_bootstrap(cluster)}) as admin:
+        admin.create_topics([NewTopic(TOPIC, 6, 1)])
+    wait_until(lambda: TOPIC in confluent_metadata(cluster), f"{TOPIC} in Metadata", TIMEOUT)
+    quorum = cluster.leader()
+    assert quorum is not None
+    # Node 1 answers the tools; the quorum keeps its leader, so nothing else changes.
+    victim = next(n for n in cluster.nodes if n not in (1, quorum.leader_id))
+    stranded = sorted(
+        p for p, (_, replicas) in confluent_metadata(cluster)[TOPIC].items() if replicas == [victim]
+    )
+    assert stranded, "the striped placement puts some of 6 partitions on every broker"
+    status, out, _ = run(cluster, capsys, "topics", "describe", "--unavailable-partitions")
+    assert (status, out) == (0, "")
+
+    cluster.nodes[victim].kill()
+    wait_until(
+        lambda: all(confluent_metadata(cluster)[TOPIC][p][0] == -1 for p in stranded),
+        f"partitions {stranded} without a leader once broker {victim} is fenced",
+        TIMEOUT,
+    )
+    for flag in ("--unavailable-partitions", "--under-min-isr-partitions"):
+        status, out, _ = run(cluster, capsys, "topics", "describe", "--topic", TOPIC, flag)
+        assert status == 0
+        rows = [line.split() for line in out.splitlines()]
+        # Metadata names the fenced broker's replicas offline, as Kafka's does.
+        assert rows[0] == ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE"]
+        # With unclean election off the ISR keeps its last member, the dead broker.
+        dead = str(victim)
+        assert rows[1:] == [[TOPIC, str(p), "none", dead, dead, dead] for p in stranded]
+    status, out, _ = run(cluster, capsys, "topics", "describe", "--under-replicated-partitions")
+    assert (status, out) == (0, "")
+
+    status, out, _ = run(cluster, capsys, "cluster", "describe")
+    assert status == 0
+    victim_row = next(line.split() for line in out.splitlines() if line.startswith(f"{victim} "))
+    assert victim_row[3:] == ["fenced", "0", str(len(stranded))]
