@@ -234,3 +234,25 @@ def test_bad_reassignments_are_refused_in_one_line(
         f"Reassignment of partition {topic_name}-0 failed: there is no active reassignment "
         "of it, but its replica set is [1] rather than [2]."
     )
+
+
+def test_cluster_describe_on_one_node_counts_its_replicas_and_says_there_is_no_quorum(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str], topic_name: str
+) -> None:
+    create(broker, topic_name, 3)
+    status, out, err = run(broker, capsys, "cluster", "describe")
+    assert status == 0, err
+    rows = table(out)
+    header = rows.index(["ID", "HOST:PORT", "RACK", "STATE", "LEADERS", "REPLICAS"])
+    node = rows[header + 1]
+    # Broker 1 leads, and holds, the three partitions (and those of any internal topic).
+    assert node[0] == "1" and node[3] == "active" and int(node[4]) >= 3
+    assert node[4] == node[5]
+    assert "Quorum: none" in out and "controller.quorum.voters" in out
+    # Asked for the quorum itself, the one-line error says why there is none.
+    status = main(
+        ["metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--status"]
+    )
+    out, err = capsys.readouterr()
+    assert status == 1 and len(err.strip().splitlines()) == 1
+    assert "has no metadata quorum" in err

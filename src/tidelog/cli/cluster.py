@@ -37,6 +37,7 @@ from tidelog.cli.metadata_quorum import (
 )
 from tidelog.cli.output import UsageError, fail, guarded, print_table
 from tidelog.client import Admin, ClientError, TopicInfo
+from tidelog.protocol import ErrorCode
 
 DEFAULT_BASE_DIR = "/tmp/tidelog-cluster"
 # Clients reach node n on CLIENT_BASE_PORT + n - 1, its controller listener is
@@ -477,7 +478,17 @@ def _run_describe(args: argparse.Namespace) -> int:
     )
     print()
     quorum_from = args.controllers or args.bootstrap_controller or args.bootstrap_server
-    quorum = describe_quorum(quorum_from, through_broker=quorum_from == args.bootstrap_server)
+    through_broker = quorum_from == args.bootstrap_server
+    try:
+        quorum = describe_quorum(quorum_from, through_broker=through_broker)
+    except ClientError as exc:
+        if not through_broker or exc.code is not ErrorCode.UNSUPPORTED_VERSION:
+            raise
+        # A single node (controller.quorum.voters unset) has no quorum to describe: its
+        # brokers do not serve DescribeQuorum. That is its shape, not a failure.
+        print("Quorum: none (the brokers do not serve DescribeQuorum: a single node without")
+        print("        controller.quorum.voters keeps its metadata log unreplicated)")
+        return 0
     print(
         f"Quorum: leader {quorum.leader_id}, epoch {quorum.leader_epoch}, "
         f"high watermark {quorum.high_watermark}"

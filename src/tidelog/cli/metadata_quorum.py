@@ -19,6 +19,11 @@ from tidelog.protocol import ErrorCode
 
 # Added to a failure through --bootstrap-server: brokers that do not pass DescribeQuorum on.
 _CONTROLLER_HINT = "ask a controller listener with --bootstrap-controller HOST:PORT[,HOST:PORT]"
+# Added when no broker asked serves DescribeQuorum at all.
+_NO_QUORUM_HINT = (
+    "a single node without controller.quorum.voters has no metadata quorum; on a quorum "
+    "node, " + _CONTROLLER_HINT
+)
 # Added when every controller asked said it does not lead.
 _LEADER_HINT = "only the quorum's leader answers: give every voter's controller address"
 
@@ -57,6 +62,8 @@ def describe_quorum(bootstrap: str, *, through_broker: bool) -> QuorumInfo:
         try:
             quorum: QuorumInfo = admin.describe_quorum()
         except ClientError as exc:
+            if through_broker and exc.code is ErrorCode.UNSUPPORTED_VERSION:
+                raise ClientError(f"{exc}; {_NO_QUORUM_HINT}", code=exc.code) from None
             if through_broker:
                 raise ClientError(f"{exc}; {_CONTROLLER_HINT}", code=exc.code) from None
             if exc.code is ErrorCode.NOT_LEADER_OR_FOLLOWER:

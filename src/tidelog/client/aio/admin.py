@@ -130,6 +130,8 @@ _MAX_OFFSET_FETCH_VERSION = 9
 _MAX_OFFSET_COMMIT_VERSION = 9
 # The highest DescribeQuorum the client reads (v2 adds the voters' directory ids and nodes).
 _MAX_DESCRIBE_QUORUM_VERSION = 2
+# Why an address did not describe the quorum when it does not serve DescribeQuorum at all.
+_NOT_SERVED = "does not serve DescribeQuorum (not a controller listener)"
 # The metadata quorum's log, the one partition DescribeQuorum describes.
 METADATA_TOPIC = "__cluster_metadata"
 
@@ -610,7 +612,7 @@ class AIOAdmin:
         brokers that pass DescribeQuorum on) until one answers, as Kafka's admin client
         reaches the active controller."""
         failures: list[str] = []
-        not_leaders = 0
+        not_leaders = not_served = 0
         for host, port in self.config["bootstrap.servers"]:
             address = f"{host}:{port}"
             try:
@@ -628,8 +630,15 @@ class AIOAdmin:
             if isinstance(answer, QuorumInfo):
                 return answer
             not_leaders += answer is ErrorCode.NOT_LEADER_OR_FOLLOWER
+            not_served += answer == _NOT_SERVED
             failures.append(f"{address}: {_describe_error(answer)}")
-        code = ErrorCode.NOT_LEADER_OR_FOLLOWER if not_leaders == len(failures) else None
+        code: ErrorCode | None = None
+        if not_leaders == len(failures):
+            code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif not_served == len(failures):
+            # Nobody asked serves the API (a single node without a quorum, or brokers
+            # that do not pass it on): UNSUPPORTED_VERSION, as Kafka's admin reports it.
+            code = ErrorCode.UNSUPPORTED_VERSION
         raise ClientError("DescribeQuorum: " + "; ".join(failures), code=code)
 
     async def _describe_quorum_at(self, conn: Connection) -> QuorumInfo | ErrorCode | str:
@@ -637,7 +646,7 @@ class AIOAdmin:
         or a sentence)."""
         served = conn.broker_ranges.get(ApiKey.DESCRIBE_QUORUM)
         if served is None:
-            return "does not serve DescribeQuorum (not a controller listener)"
+            return _NOT_SERVED
         version = min(served[1], _MAX_DESCRIBE_QUORUM_VERSION)
         response = await self._call(
             conn,
