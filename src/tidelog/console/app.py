@@ -60,6 +60,14 @@ from tidelog.console.scan import (
     text_matcher,
 )
 from tidelog.protocol import ErrorCode
+from tidelog.protocol.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 
 log = logging.getLogger("tidelog.console")
 
@@ -78,11 +86,40 @@ MAX_SEARCH_SECONDS = 120
 BROWSE_SECONDS = 15
 
 MODES = ("oldest", "newest", "offset", "timestamp")
+
+# What the ACL forms offer: Kafka's names of resource types, patterns, operations and
+# permissions (UNKNOWN is never sent; ANY and MATCH select, they are not bound).
+ACL_RESOURCE_TYPES = tuple(t.name for t in ResourceType if t > ResourceType.ANY)
+ACL_PATTERNS = ("LITERAL", "PREFIXED")
+ACL_FILTER_PATTERNS = ("ANY", "MATCH", *ACL_PATTERNS)
+ACL_OPERATIONS = tuple(o.name for o in AclOperation if o > AclOperation.ANY)
+ACL_PERMISSIONS = ("ALLOW", "DENY")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# Kafka's default iteration count for a SCRAM credential, and the bounds it accepts.
+SCRAM_ITERATIONS = 4096
+SCRAM_MIN_ITERATIONS = 4096
+SCRAM_MAX_ITERATIONS = 16384
+# The states of Kafka's transaction coordinator, as ListTransactions filters them.
+TRANSACTION_STATES = (
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+)
 SEARCH_FIELDS = ("any", "key", "value", "headers")
 
 # Error codes that mean "no such thing": answered 404.
 _NOT_FOUND = frozenset(
-    {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.GROUP_ID_NOT_FOUND}
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+    }
 )
 
 
@@ -531,6 +568,165 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return ResetSpec(kind, forms.integer(values, "shift", label="shift by")), partitions, {}
         return ResetSpec(kind), partitions, {}
 
+    # -- cluster, ACLs, users and transactions ---------------------------------------------------
+
+    async def cluster(request: Request) -> Response:
+        return page(request, "cluster.html", view=await model.cluster_view(clients(request).admin))
+
+    async def acls(request: Request) -> Response:
+        q = request.query_params
+        principal = forms.text(q, "principal")
+        resource_type = forms.choice(q, "resource_type", ("ANY", *ACL_RESOURCE_TYPES), "ANY")
+        resource_name = forms.text(q, "resource_name")
+        pattern = forms.choice(q, "pattern", ACL_FILTER_PATTERNS, "ANY")
+        if pattern == "MATCH" and not resource_name:
+            raise InputError("pattern MATCH: give the resource name the ACLs apply to")
+        acl_filter = AclBindingFilter(
+            resource_type=ResourceType[resource_type],
+            resource_name=resource_name or None,
+            pattern_type=PatternType[pattern],
+            principal=principal or None,
+        )
+        found = await model.acls(clients(request).admin, acl_filter)
+        return page(
+            request,
+            "acls.html",
+            found=found,
+            unavailable=found if isinstance(found, model.Unavailable) else None,
+            filters={
+                "principal": principal,
+                "resource_type": resource_type,
+                "resource_name": resource_name,
+                "pattern": pattern,
+            },
+            resource_types=ACL_RESOURCE_TYPES,
+            filter_patterns=ACL_FILTER_PATTERNS,
+            patterns=ACL_PATTERNS,
+            operations=ACL_OPERATIONS,
+            permissions=ACL_PERMISSIONS,
+        )
+
+    async def acl_create(request: Request) -> Response:
+        writable()
+        binding = _acl_binding(await _form(request))
+        await clients(request).admin.create_acls([binding])
+        return RedirectResponse("/acls", status_code=303)
+
+    async def acl_delete(request: Request) -> Response:
+        writable()
+        binding = _acl_binding(await _form(request))
+        # The exact binding, not a pattern: one row of the page deletes that row only.
+        exact = AclBindingFilter(
+            binding.resource_type,
+            binding.resource_name,
+            binding.pattern_type,
+            binding.principal,
+            binding.host,
+            binding.operation,
+            binding.permission,
+        )
+        await clients(request).admin.delete_acls([exact])
+        return RedirectResponse("/acls", status_code=303)
+
+    async def users(request: Request) -> Response:
+        found = await model.scram_users(clients(request).admin)
+        return page(
+            request,
+            "users.html",
+            found=found,
+            unavailable=found if isinstance(found, model.Unavailable) else None,
+            mechanisms=SCRAM_MECHANISMS,
+            default_iterations=SCRAM_ITERATIONS,
+        )
+
+    async def user_upsert(request: Request) -> Response:
+        writable()
+        values = await _form(request)
+        user = forms.text(values, "user")
+        if not user:
+            raise InputError("user: required")
+        mechanism = forms.choice(values, "mechanism", SCRAM_MECHANISMS)
+        iterations = forms.integer(
+            values,
+            "iterations",
+            default=SCRAM_ITERATIONS,
+            low=SCRAM_MIN_ITERATIONS,
+            high=SCRAM_MAX_ITERATIONS,
+        )
+        # The password is taken as typed: spaces are part of it.
+        password = values.get("password", "")
+        if not password:
+            raise InputError("password: required")
+        await clients(request).admin.alter_user_scram_credentials(
+            upsertions=[(user, mechanism, iterations, password)]
+        )
+        return RedirectResponse("/users", status_code=303)
+
+    async def user_delete(request: Request) -> Response:
+        writable()
+        values = await _form(request)
+        user = forms.text(values, "user")
+        if not user:
+            raise InputError("user: required")
+        mechanism = forms.choice(values, "mechanism", SCRAM_MECHANISMS)
+        await clients(request).admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
+        return RedirectResponse("/users", status_code=303)
+
+    async def transactions(request: Request) -> Response:
+        state = forms.text(request.query_params, "state")
+        if state:
+            state = forms.choice(request.query_params, "state", TRANSACTION_STATES)
+        found = await model.transactions(clients(request).admin, [state] if state else [])
+        return page(
+            request,
+            "transactions.html",
+            found=found,
+            unavailable=found if isinstance(found, model.Unavailable) else None,
+            state=state,
+            states=TRANSACTION_STATES,
+        )
+
+    async def transaction(request: Request) -> Response:
+        tid = request.path_params["tid"]
+        admin = clients(request).admin
+        detail = await model.describe_transaction(admin, tid)
+        # The producers of every partition in the transaction, in one request per leader.
+        states = await model.producers(admin, list(detail.partitions))
+        return page(request, "transaction.html", detail=detail, producers=states)
+
+    async def producers(request: Request) -> Response:
+        q = request.query_params
+        name = forms.text(q, "topic")
+        if not name:
+            raise InputError("topic: required")
+        admin = clients(request).admin
+        info = await model.describe_topic(admin, name)
+        partition = forms.integer(q, "partition", low=0, high=len(info.partitions) - 1)
+        tp = TopicPartition(name, partition)
+        states = await model.producers(admin, [tp])
+        found = states if isinstance(states, model.Unavailable) else states[tp]
+        return page(request, "producers.html", tp=tp, found=found)
+
+    def _acl_binding(values: dict[str, str]) -> AclBinding:
+        resource_type = forms.choice(values, "resource_type", ACL_RESOURCE_TYPES)
+        name = forms.text(values, "resource_name")
+        if resource_type == "CLUSTER" and not name:
+            name = "kafka-cluster"
+        if not name:
+            raise InputError("resource name: required")
+        principal = forms.text(values, "principal")
+        if not principal:
+            raise InputError("principal: required, as Type:name (User:alice, User:*)")
+        return AclBinding(
+            ResourceType[resource_type],
+            name,
+            PatternType[forms.choice(values, "pattern", ACL_PATTERNS, "LITERAL")],
+            principal,
+            forms.text(values, "host", "*") or "*",
+            AclOperation[forms.choice(values, "operation", ACL_OPERATIONS)],
+            AclPermissionType[forms.choice(values, "permission", ACL_PERMISSIONS, "ALLOW")],
+        )
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.clients = Clients(config)
@@ -555,6 +751,16 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/groups/{group:path}/reset", reset, methods=["POST"]),
         Route("/groups/{group:path}/delete", group_delete, methods=["POST"]),
         Route("/groups/{group:path}", group),
+        Route("/cluster", cluster),
+        Route("/acls", acls),
+        Route("/acls", acl_create, methods=["POST"]),
+        Route("/acls/delete", acl_delete, methods=["POST"]),
+        Route("/users", users),
+        Route("/users", user_upsert, methods=["POST"]),
+        Route("/users/delete", user_delete, methods=["POST"]),
+        Route("/transactions", transactions),
+        Route("/transactions/{tid:path}", transaction),
+        Route("/producers", producers),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(

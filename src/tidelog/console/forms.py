@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tidelog.client.groups import parse_datetime
 
@@ -89,3 +89,12 @@ def pairs(raw: str, what: str) -> list[tuple[str, str]]:
             raise InputError(f"{what}, line {number} {line!r}: expected name=value")
         out.append((name.strip(), value))
     return out
+
+
+def choice(values: Mapping[str, str], name: str, allowed: Sequence[str], default: str = "") -> str:
+    """One of ``allowed`` (matched without regard to case), as ``allowed`` spells it."""
+    raw = text(values, name, default) or default
+    for option in allowed:
+        if raw.upper() == option.upper():
+            return option
+    raise InputError(f"{name} {raw!r}: expected one of {', '.join(allowed)}")

@@ -1,17 +1,28 @@
 """What the console's pages show, gathered with the admin client (no HTML here).
 
 Every figure comes from a standard Kafka API (Metadata, DescribeCluster, DescribeLogDirs,
-ListOffsets, DescribeConfigs, ListGroups, DescribeGroups, OffsetFetch), so the console shows
-any Kafka-compatible cluster. Partition health follows the metadata: a partition is offline
-when it has no leader, under-replicated when its ISR is smaller than its replica set.
+ListOffsets, DescribeConfigs, ListGroups, DescribeGroups, OffsetFetch, DescribeQuorum,
+ListPartitionReassignments, DescribeAcls, DescribeUserScramCredentials, ListTransactions,
+DescribeTransactions, DescribeProducers), so the console shows any Kafka-compatible
+cluster. Partition health follows the metadata: a partition is offline when it has no
+leader, under-replicated when its ISR is smaller than its replica set, under min ISR when
+its ISR is smaller than the topic's ``min.insync.replicas``.
+
+A figure whose API the cluster does not serve (UNSUPPORTED_VERSION) or refuses as a whole
+(SECURITY_DISABLED, CLUSTER_AUTHORIZATION_FAILED...) is returned as an :class:`Unavailable`
+note the page shows in its place, so the rest of the page still renders. Each page makes a
+fixed number of requests, whatever the number of partitions: calls are batched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tidelog.client import (
+    BrokerConnectionError,
     BrokerInfo,
     ClientError,
     ConfigEntry,
@@ -19,12 +30,56 @@ from tidelog.client import (
     GroupDescription,
     PartialFailureError,
     PartitionInfo,
+    PartitionReassignment,
+    ProducerState,
+    QuorumInfo,
+    QuorumReplica,
+    RequestTimeoutError,
     TopicInfo,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from tidelog.client.aio.admin import AIOAdmin
 from tidelog.client.groups import ResetSpec, plan_reset
 from tidelog.protocol import ErrorCode
+from tidelog.protocol.acls import AclBinding, AclBindingFilter
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Why a section of a page has nothing to show: the Kafka error the cluster answered
+    (its name and the error table's description) and what the client said."""
+
+    name: str
+    description: str
+    detail: str
+
+    @classmethod
+    def of(cls, exc: ClientError) -> Unavailable:
+        if exc.code is None:
+            return cls("", "", exc.message)
+        return cls(exc.code.name, exc.code.message, str(exc))
+
+    @property
+    def not_served(self) -> bool:
+        return self.name == ErrorCode.UNSUPPORTED_VERSION.name
+
+
+async def optional(call: Awaitable[T]) -> T | Unavailable:
+    """The answer of ``call``, or the cluster's refusal as a note for the page. Errors of
+    reaching the cluster at all still fail the page (503)."""
+    try:
+        return await call
+    except (BrokerConnectionError, RequestTimeoutError):
+        raise
+    except PartialFailureError as exc:
+        first = next(iter(exc.errors.values()), exc)
+        return Unavailable.of(first)
+    except ClientError as exc:
+        return Unavailable.of(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +223,8 @@ class PartitionRow:
     size: int
     offline: bool
     under_replicated: bool
+    under_min_isr: bool = False
+    reassignment: PartitionReassignment | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +232,9 @@ class TopicDetail:
     info: TopicInfo
     partitions: tuple[PartitionRow, ...]
     configs: dict[str, ConfigEntry]
+    min_insync_replicas: int | None = None
+    # Why reassignments are not shown (ListPartitionReassignments not served or refused).
+    reassignments_unavailable: Unavailable | None = None
 
     @property
     def messages(self) -> int:
@@ -214,6 +274,10 @@ async def topic_detail(admin: AIOAdmin, name: str) -> TopicDetail:
     sizes = await replica_sizes(admin, live)
     resource = ConfigResource("topic", name)
     configs = (await admin.describe_configs([resource]))[resource]
+    min_isr = _min_insync_replicas(configs)
+    # One request for every partition of the topic; the controller answers it.
+    moving = await optional(admin.list_partition_reassignments(tps))
+    reassignments = {} if isinstance(moving, Unavailable) else moving
     rows = tuple(
         PartitionRow(
             info=p,
@@ -222,10 +286,34 @@ async def topic_detail(admin: AIOAdmin, name: str) -> TopicDetail:
             size=_leader_size(p, sizes),
             offline=is_offline(p, live),
             under_replicated=is_under_replicated(p),
+            under_min_isr=is_under_min_isr(p, min_isr),
+            reassignment=reassignments.get(tp),
         )
         for p, tp in zip(info.partitions, tps, strict=True)
     )
-    return TopicDetail(info, rows, configs)
+    return TopicDetail(
+        info,
+        rows,
+        configs,
+        min_insync_replicas=min_isr,
+        reassignments_unavailable=moving if isinstance(moving, Unavailable) else None,
+    )
+
+
+def _min_insync_replicas(configs: dict[str, ConfigEntry]) -> int | None:
+    entry = configs.get("min.insync.replicas")
+    if entry is None or entry.value is None:
+        return None
+    try:
+        return int(entry.value)
+    except ValueError:
+        return None
+
+
+def is_under_min_isr(p: PartitionInfo, min_isr: int | None) -> bool:
+    """Fewer in-sync replicas than ``min.insync.replicas``: producers with acks=all are
+    refused (NOT_ENOUGH_REPLICAS). An offline partition is counted as offline instead."""
+    return min_isr is not None and p.leader >= 0 and len(p.isr) < min_isr
 
 
 # -- consumer groups ----------------------------------------------------------------------------
@@ -328,3 +416,153 @@ async def plan_group_reset(
     return plan_reset(
         spec, partitions, earliest=starts, latest=ends, committed=committed, by_time=by_time
     )
+
+
+# -- cluster and metadata quorum ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    info: BrokerInfo
+    leaders: int  # partitions it leads
+    replicas: int  # replicas it holds
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumRow:
+    """A voter or observer of the metadata quorum; lag is how far its log end is behind
+    the leader's (None while the leader has not seen its log end)."""
+
+    replica: QuorumReplica
+    role: str  # "leader", "follower" or "observer"
+    lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerRow, ...]
+    quorum: QuorumInfo | Unavailable
+
+    @property
+    def quorum_rows(self) -> tuple[QuorumRow, ...]:
+        if isinstance(self.quorum, Unavailable):
+            return ()
+        return quorum_rows(self.quorum)
+
+
+def quorum_rows(quorum: QuorumInfo) -> tuple[QuorumRow, ...]:
+    """The leader first, then the other voters, then the observers (Kafka's order)."""
+    leader = next((r for r in quorum.voters if r.replica_id == quorum.leader_id), None)
+    leader_end = leader.log_end_offset if leader is not None else quorum.high_watermark
+    ordered = [
+        *(("leader", r) for r in quorum.voters if r.replica_id == quorum.leader_id),
+        *(("follower", r) for r in quorum.voters if r.replica_id != quorum.leader_id),
+        *(("observer", r) for r in quorum.observers),
+    ]
+    return tuple(
+        QuorumRow(r, role, max(0, leader_end - r.log_end_offset) if r.log_end_offset >= 0 else None)
+        for role, r in ordered
+    )
+
+
+async def cluster_view(admin: AIOAdmin) -> ClusterView:
+    """Brokers (fenced ones too) with the partitions each leads and the replicas each
+    holds (one Metadata request for every topic), and the metadata quorum."""
+    cluster = await admin.describe_cluster(include_fenced_brokers=True)
+    topics = await admin.describe_topics(None)
+    leaders: Counter[int] = Counter()
+    replicas: Counter[int] = Counter()
+    for topic in topics.values():
+        for p in topic.partitions:
+            if p.leader >= 0:
+                leaders[p.leader] += 1
+            replicas.update(p.replicas)
+    return ClusterView(
+        cluster_id=cluster.cluster_id,
+        controller_id=cluster.controller_id,
+        brokers=tuple(
+            BrokerRow(b, leaders.get(b.node_id, 0), replicas.get(b.node_id, 0))
+            for b in cluster.brokers
+        ),
+        # A single node without controller.quorum.voters does not serve DescribeQuorum:
+        # UNSUPPORTED_VERSION, which the page shows as "no quorum".
+        quorum=await optional(admin.describe_quorum()),
+    )
+
+
+# -- ACLs and SCRAM users ------------------------------------------------------------------------
+
+
+async def acls(admin: AIOAdmin, acl_filter: AclBindingFilter) -> list[AclBinding] | Unavailable:
+    """The ACLs ``acl_filter`` selects, sorted by resource then principal; SECURITY_DISABLED
+    (no authorizer) and the like as a note."""
+    found = await optional(admin.describe_acls(acl_filter))
+    if isinstance(found, Unavailable):
+        return found
+    return sorted(
+        found,
+        key=lambda b: (
+            b.resource_type.name,
+            b.resource_name,
+            b.pattern_type.name,
+            b.principal,
+            b.host,
+            b.operation.name,
+            b.permission.name,
+        ),
+    )
+
+
+async def scram_users(admin: AIOAdmin) -> dict[str, list[tuple[str, int]]] | Unavailable:
+    """user -> [(mechanism, iterations)], sorted by user, in one request."""
+    found = await optional(admin.describe_user_scram_credentials())
+    if isinstance(found, Unavailable):
+        return found
+    return {user: sorted(found[user]) for user in sorted(found)}
+
+
+# -- transactions -----------------------------------------------------------------------------
+
+
+async def transactions(
+    admin: AIOAdmin, states: list[str]
+) -> list[TransactionListing] | Unavailable:
+    """ListTransactions of every broker (one request each), filtered by state there."""
+    return await optional(admin.list_transactions(states=states))
+
+
+async def describe_transaction(admin: AIOAdmin, tid: str) -> TransactionDescription:
+    """The transaction as its coordinator describes it; TRANSACTIONAL_ID_NOT_FOUND (a
+    ClientError) when there is no such id."""
+    try:
+        return (await admin.describe_transactions([tid]))[tid]
+    except PartialFailureError as exc:
+        raise exc.errors.get(tid, exc) from None
+
+
+async def producers(
+    admin: AIOAdmin, partitions: list[TopicPartition]
+) -> dict[TopicPartition, list[ProducerState] | Unavailable] | Unavailable:
+    """The producers each partition's leader keeps state for (one DescribeProducers per
+    leader for all of them); a partition that fails is shown with its error."""
+    if not partitions:
+        return {}
+    try:
+        found = await admin.describe_producers(partitions)
+    except PartialFailureError as exc:
+        # The partitions that answered are not in the error: ask again for those alone.
+        failed = {tp: Unavailable.of(e) for tp, e in exc.errors.items()}
+        rest = [tp for tp in partitions if tp not in failed]
+        answered = await optional(admin.describe_producers(rest)) if rest else {}
+        if isinstance(answered, Unavailable):
+            return answered
+        merged: dict[TopicPartition, list[ProducerState] | Unavailable] = {**answered}
+        merged.update({tp: e for tp, e in failed.items() if isinstance(tp, TopicPartition)})
+        return merged
+    except (BrokerConnectionError, RequestTimeoutError):
+        raise
+    except ClientError as exc:
+        return Unavailable.of(exc)
+    return dict(found)
