@@ -25,7 +25,7 @@ generations, errors) are the coordinator's, see ``docs/groups.md``.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidelog.broker.authorization import (
     AUTHORIZED_OPERATIONS_NOT_REQUESTED,
@@ -39,7 +39,6 @@ from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers.metadata import listed_brokers
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.handlers.schema import ZERO_THROTTLE, make, response_module
-from tidelog.broker.transactions import TransactionDriver
 from tidelog.coordinator import (
     DeleteGroupsResult,
     DescribedGroup,
@@ -64,6 +63,11 @@ KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 
 _UNAVAILABLE = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+if TYPE_CHECKING:
+    # For annotations only: broker.transactions imports the handlers package (its marker
+    # writes), so importing it here would be circular.
+    from tidelog.broker.transactions import TransactionDriver
 
 
 def ms(value: datetime.timedelta) -> int:
