@@ -78,6 +78,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_CONFIGS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey.ALTER_CLIENT_QUOTAS,
         ApiKey.CREATE_ACLS,
         ApiKey.DELETE_ACLS,
         ApiKey.ELECT_LEADERS,

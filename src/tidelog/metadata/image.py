@@ -26,7 +26,9 @@ Rules of replay:
 * UserScramCredentialRecord sets a user's credential for one SCRAM mechanism;
   RemoveUserScramCredentialRecord deletes one that exists;
 * AccessControlEntryRecord adds an ACL under a new id; RemoveAccessControlEntryRecord
-  deletes the ACL of an id that exists.
+  deletes the ACL of an id that exists;
+* ClientQuotaRecord sets or removes one quota key of an entity Kafka allows; an entity
+  whose last key is removed is gone.
 
 A record that breaks these rules (a partition of an unknown topic ...) raises
 :class:`~tidelog.metadata.errors.MetadataReplayError`: the log was written by a
@@ -40,7 +42,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from tidelog.metadata.acls import (
     AclBinding,
@@ -50,10 +52,12 @@ from tidelog.metadata.acls import (
     ResourceType,
 )
 from tidelog.metadata.errors import MetadataReplayError
+from tidelog.metadata.quotas import QuotaEntity, entity_error
 from tidelog.metadata.records import (
     AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -193,6 +197,8 @@ class MetadataDelta:
     changed_scram_users: frozenset[str] = frozenset()
     #: Ids of the ACLs added or removed.
     changed_acls: frozenset[uuid.UUID] = frozenset()
+    #: Client quota entities whose quotas were set or removed.
+    changed_client_quotas: frozenset[QuotaEntity] = frozenset()
     producer_ids_changed: bool = False
     features_changed: bool = False
 
@@ -210,6 +216,7 @@ class MetadataDelta:
             or self.unregistered_brokers
             or self.changed_scram_users
             or self.changed_acls
+            or self.changed_client_quotas
             or self.producer_ids_changed
             or self.features_changed
         )
@@ -252,6 +259,10 @@ class MetadataImage:
     )
     #: ACLs by id.
     acls: Mapping[uuid.UUID, AclBinding] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    #: Client quotas: entity -> quota key -> value (an entity has at least one key).
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
     offset: int = -1
@@ -355,6 +366,8 @@ class _Replay:
         self.changed_scram_users: set[str] = set()
         self.acls: Mapping[uuid.UUID, AclBinding] = base.acls
         self.changed_acls: set[uuid.UUID] = set()
+        self.client_quotas: _ConfigsCopy[QuotaEntity, float] = _ConfigsCopy(base.client_quotas)
+        self.changed_client_quotas: set[QuotaEntity] = set()
         # Partitions of the topics touched, by topic id.
         self.partitions: dict[uuid.UUID, dict[int, PartitionImage]] = {}
         self.created_topics: dict[uuid.UUID, str] = {}
@@ -541,6 +554,13 @@ class _Replay:
             del acls[record.acl_id]
             self.acls = acls
             self.changed_acls.add(record.acl_id)
+        elif isinstance(record, ClientQuotaRecord):
+            problem = entity_error(list(record.entity))
+            if problem is not None:
+                raise MetadataReplayError(f"client quota record: {problem}")
+            entity = tuple(sorted(record.entity))
+            self.client_quotas.set(entity, record.key, None if record.remove else record.value)
+            self.changed_client_quotas.add(entity)
 
     def _apply_config(self, record: ConfigRecord) -> None:
         if record.resource_type == TOPIC_RESOURCE:
@@ -575,6 +595,7 @@ class _Replay:
             features=_frozen(self.features),
             scram_credentials=_frozen(self.scram),
             acls=_frozen(self.acls),
+            client_quotas=self.client_quotas.result(),
             offset=self.offset,
             epoch=self.base.epoch,
         )
@@ -596,6 +617,7 @@ class _Replay:
             unregistered_brokers=tuple(self.unregistered),
             changed_scram_users=frozenset(self.changed_scram_users),
             changed_acls=frozenset(self.changed_acls),
+            changed_client_quotas=frozenset(self.changed_client_quotas),
             producer_ids_changed=self.producer_ids_changed,
             features_changed=self.features_changed,
         )
@@ -618,25 +640,26 @@ def _acl_binding(record: AccessControlEntryRecord) -> AclBinding:
         raise MetadataReplayError(f"ACL {record.acl_id}: {exc}") from None
 
 
-class _ConfigsCopy:
-    """Config overrides by resource name, copied on write: the top map once, and a
-    resource's own map only when one of its keys changes."""
+class _ConfigsCopy(Generic[K, V]):
+    """Config overrides (or client quotas) by resource, copied on write: the top map once,
+    and a resource's own map only when one of its keys changes."""
 
-    def __init__(self, base: Mapping[str, Mapping[str, str]]) -> None:
+    def __init__(self, base: Mapping[K, Mapping[str, V]]) -> None:
         self._base = base
-        self._top: dict[str, Mapping[str, str]] | None = None
-        self._copied: dict[str, dict[str, str]] = {}
+        self._top: dict[K, Mapping[str, V]] | None = None
+        self._copied: dict[K, dict[str, V]] = {}
 
-    def _writable(self) -> dict[str, Mapping[str, str]]:
+    def _writable(self) -> dict[K, Mapping[str, V]]:
         if self._top is None:
             self._top = _thawed(self._base)
         return self._top
 
-    def set(self, resource: str, key: str, value: str | None) -> None:
+    def set(self, resource: K, key: str, value: V | None) -> None:
         top = self._writable()
         values = self._copied.get(resource)
         if values is None:
-            values = _thawed(top.get(resource, _EMPTY))
+            known = top.get(resource)
+            values = {} if known is None else _thawed(known)
             self._copied[resource] = values
             top[resource] = values
         if value is None:
@@ -644,13 +667,13 @@ class _ConfigsCopy:
         else:
             values[key] = value
 
-    def remove(self, resource: str) -> bool:
+    def remove(self, resource: K) -> bool:
         """Drop every key of ``resource``; whether it had any."""
         top = self._writable()
         self._copied.pop(resource, None)
         return top.pop(resource, None) is not None
 
-    def result(self) -> Mapping[str, Mapping[str, str]]:
+    def result(self) -> Mapping[K, Mapping[str, V]]:
         if self._top is None:
             return self._base
         for resource, values in self._copied.items():

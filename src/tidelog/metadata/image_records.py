@@ -20,7 +20,8 @@ same spirit, features first):
 5. ProducerIdsRecord with the next producer id, when any block was handed out;
 6. UserScramCredentialRecord per user and mechanism;
 7. AccessControlEntryRecord per ACL, by id (the ids are kept, so a later removal in the
-   log names the same ACL).
+   log names the same ACL);
+8. ClientQuotaRecord per client quota entity and key.
 
 Records that only change or remove state (PartitionChange, RemoveTopic,
 BrokerRegistrationChange, UnregisterBroker, RemoveUserScramCredential,
@@ -55,6 +56,7 @@ from tidelog.metadata.image import (
 )
 from tidelog.metadata.records import (
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -96,6 +98,8 @@ SNAPSHOT_COVERAGE: Final[Mapping[RecordType, str]] = {
     RecordType.REMOVE_USER_SCRAM_CREDENTIAL: "a removed credential is absent",
     RecordType.ACCESS_CONTROL_ENTRY: STATED,
     RecordType.REMOVE_ACCESS_CONTROL_ENTRY: "a removed ACL is absent",
+    # A removal is a ClientQuotaRecord too; a removed key is simply not stated.
+    RecordType.CLIENT_QUOTA: STATED,
 }
 
 _BROKER_EPOCH: Final = "broker_epoch"
@@ -162,6 +166,9 @@ def _records(image: MetadataImage) -> Iterator[tuple[MetadataRecord, int | None]
             ),
             None,
         )
+    for entity, quotas in sorted(image.client_quotas.items(), key=lambda item: repr(item[0])):
+        for key, quota in sorted(quotas.items()):
+            yield ClientQuotaRecord(entity, key, quota), None
 
 
 def _registration_record(registration: BrokerRegistration) -> RegisterBrokerRecord:
@@ -282,4 +289,5 @@ def snapshot_delta(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
             user for user, _ in (*old.scram_credentials, *new.scram_credentials)
         ),
         changed_acls=frozenset((*old.acls, *new.acls)),
+        changed_client_quotas=frozenset((*old.client_quotas, *new.client_quotas)),
     )

@@ -33,6 +33,7 @@ __all__ = [
     "AccessControlEntryRecord",
     "BrokerEndpoint",
     "BrokerRegistrationChangeRecord",
+    "ClientQuotaRecord",
     "ConfigRecord",
     "FeatureLevelRecord",
     "MetadataRecord",
@@ -70,6 +71,7 @@ class RecordType(enum.IntEnum):
     BROKER_REGISTRATION_CHANGE = 12
     ACCESS_CONTROL_ENTRY = 13
     REMOVE_ACCESS_CONTROL_ENTRY = 14
+    CLIENT_QUOTA = 15
 
 
 Json = dict[str, object]
@@ -155,6 +157,12 @@ class _Fields:
             return base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
             raise self._fail(name, "base64 bytes") from None
+
+    def number(self, name: str) -> float:
+        value = self.body.get(name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self._fail(name, "a number")
+        return float(value)
 
     def objects(self, name: str) -> list[Mapping[str, object]]:
         value = self.body.get(name)
@@ -588,6 +596,35 @@ class RemoveAccessControlEntryRecord:
         return cls(f.uid("id"))
 
 
+@dataclass(frozen=True)
+class ClientQuotaRecord:
+    """One quota key of a client quota entity set to ``value``, or removed (Kafka's
+    ClientQuotaRecord). ``entity`` is (entity type, name) pairs sorted by type, a name of
+    None being the type's default: see :mod:`tidelog.metadata.quotas`."""
+
+    TYPE: ClassVar[RecordType] = RecordType.CLIENT_QUOTA
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float
+    remove: bool = False
+
+    def to_json(self) -> Json:
+        return {
+            "entity": [{"entity_type": kind, "entity_name": name} for kind, name in self.entity],
+            "key": self.key,
+            "value": self.value,
+            "remove": self.remove,
+        }
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> ClientQuotaRecord:
+        entity = []
+        for item in f.objects("entity"):
+            e = _Fields("client quota entity", item)
+            entity.append((e.text("entity_type"), e.opt_text("entity_name")))
+        return cls(tuple(entity), f.text("key"), f.number("value"), f.flag("remove", False))
+
+
 MetadataRecord = (
     RegisterBrokerRecord
     | UnregisterBrokerRecord
@@ -603,6 +640,7 @@ MetadataRecord = (
     | RemoveUserScramCredentialRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | ClientQuotaRecord
 )
 
 _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
@@ -620,6 +658,7 @@ _DECODERS: dict[RecordType, Callable[[_Fields], MetadataRecord]] = {
     RecordType.REMOVE_USER_SCRAM_CREDENTIAL: RemoveUserScramCredentialRecord.from_json,
     RecordType.ACCESS_CONTROL_ENTRY: AccessControlEntryRecord.from_json,
     RecordType.REMOVE_ACCESS_CONTROL_ENTRY: RemoveAccessControlEntryRecord.from_json,
+    RecordType.CLIENT_QUOTA: ClientQuotaRecord.from_json,
 }
 # The newest body version of each type this code reads and writes.
 VERSION = 0

@@ -93,6 +93,8 @@ _TABLE: tuple[VersionRange, ...] = (
     _serve(ApiKey.DESCRIBE_PRODUCERS,             0, 0),
     _serve(ApiKey.DESCRIBE_TRANSACTIONS,          0, 0),
     _serve(ApiKey.LIST_TRANSACTIONS,              0, 2),
+    _serve(ApiKey.DESCRIBE_CLIENT_QUOTAS,         0, 1),
+    _serve(ApiKey.ALTER_CLIENT_QUOTAS,            0, 1),
     _serve(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0),
     _serve(ApiKey.ALTER_USER_SCRAM_CREDENTIALS,   0, 0),
     # Kafka 4 dropped v0 of the ACL APIs (KIP-896); every client sends v1 or later.

@@ -43,6 +43,7 @@ from tidelog.metadata.records import (
     AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -118,6 +119,7 @@ class RandomHistory:
                 "remove_scram",
                 "acl",
                 "remove_acl",
+                "quota",
             ]
         )
         if kind == "feature":
@@ -226,6 +228,22 @@ class RandomHistory:
                     rng.choice([2, 3]),
                 )
             ]
+        if kind == "quota":
+            entity = rng.choice(
+                [
+                    (("user", "alice"),),
+                    (("client-id", None),),
+                    (("client-id", "app"), ("user", None)),
+                    (("ip", "10.0.0.1"),),
+                ]
+            )
+            key = (
+                "connection_creation_rate"
+                if entity[0][0] == "ip"
+                else rng.choice(["producer_byte_rate", "request_percentage"])
+            )
+            value = float(rng.randint(1, 9) * 1024)
+            return [ClientQuotaRecord(entity, key, value, remove=rng.random() < 0.3)]
         if kind == "remove_acl" and self.acls:
             acl_id = rng.choice(sorted(self.acls))
             self.acls.discard(acl_id)
@@ -307,6 +325,7 @@ def test_snapshot_order_and_contents() -> None:
         RecordType.PRODUCER_IDS,
         RecordType.USER_SCRAM_CREDENTIAL,
         RecordType.ACCESS_CONTROL_ENTRY,
+        RecordType.CLIENT_QUOTA,
     ]
     ranks = [order.index(RecordType.TOPIC if k == RecordType.PARTITION else k) for k in kinds]
     assert ranks == sorted(ranks)
@@ -315,6 +334,8 @@ def test_snapshot_order_and_contents() -> None:
     assert kinds.count(RecordType.TOPIC) == len(image.topics_by_name)
     assert kinds.count(RecordType.REGISTER_BROKER) == len(image.brokers)
     assert kinds.count(RecordType.ACCESS_CONTROL_ENTRY) == len(image.acls) > 0
+    quota_keys = sum(len(values) for values in image.client_quotas.values())
+    assert kinds.count(RecordType.CLIENT_QUOTA) == quota_keys > 0
 
 
 def test_the_rebuilt_image_carries_the_snapshot_position() -> None:

@@ -2,7 +2,7 @@
 
 Split by concern, as Kafka's controller is: :mod:`.topics` (topics and partitions),
 :mod:`.configs` (dynamic configs; describe), :mod:`.producer_ids`, :mod:`.cluster`
-(broker registration), :mod:`.scram` (SCRAM credentials), and for replicas
+(broker registration), :mod:`.scram` (SCRAM credentials), :mod:`.quotas` (client quotas), and for replicas
 :mod:`.placement`, :mod:`.leaders`, :mod:`.isr` (AlterPartition), :mod:`.elections`
 (ElectLeaders, unclean election, rebalance) and :mod:`.reassignment` (KIP-455). Each is a set of functions from a
 :class:`~tidelog.metadata.controller.base.ControllerView` and a request to a
@@ -33,6 +33,11 @@ from tidelog.metadata.controller.core import (
     QuorumCommit,
 )
 from tidelog.metadata.controller.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from tidelog.metadata.controller.quotas import (
+    AlterQuotaResult,
+    QuotaAlteration,
+    QuotaFilterComponent,
+)
 from tidelog.metadata.controller.scram import (
     AlterScramResult,
     DescribeScramResult,
@@ -59,6 +64,7 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "AlterConfigOp",
     "AlterConfigsResource",
+    "AlterQuotaResult",
     "AlterScramResult",
     "ConfigResourceResult",
     "Controller",
@@ -77,6 +83,8 @@ __all__ = [
     "NotControllerError",
     "ProducerIdBlock",
     "QuorumCommit",
+    "QuotaAlteration",
+    "QuotaFilterComponent",
     "ScramDeletion",
     "ScramUpsertion",
     "describe_configs",

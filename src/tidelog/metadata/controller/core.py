@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from tidelog.metadata.acls import AclBinding, AclBindingFilter
@@ -39,6 +39,7 @@ from tidelog.metadata.controller import (
     elections,
     isr,
     producer_ids,
+    quotas,
     reassignment,
     scram,
     topics,
@@ -64,6 +65,11 @@ from tidelog.metadata.controller.configs import (
 from tidelog.metadata.controller.elections import ElectionResult, ElectionType
 from tidelog.metadata.controller.isr import AlterPartitionReply, AlterPartitionRequest
 from tidelog.metadata.controller.producer_ids import ProducerIdBlock
+from tidelog.metadata.controller.quotas import (
+    AlterQuotaResult,
+    QuotaAlteration,
+    QuotaFilterComponent,
+)
 from tidelog.metadata.controller.reassignment import (
     OngoingReassignment,
     ReassignmentRequest,
@@ -86,6 +92,7 @@ from tidelog.metadata.errors import OK, ApiError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.loader import MetadataLoader, Publisher
 from tidelog.metadata.log import MetadataBatch, MetadataLog
+from tidelog.metadata.quotas import QuotaEntity
 from tidelog.metadata.records import BrokerEndpoint, MetadataRecord
 from tidelog.protocol.error_codes import ErrorCode
 from tidelog.runtime.system import Runtime, random_uuid
@@ -610,6 +617,21 @@ class Controller:
     ) -> list[DescribeScramResult]:
         """DescribeUserScramCredentials over the current image; reads only."""
         return scram.describe_user_scram_credentials(self.image, users)
+
+    def alter_client_quotas(
+        self, alterations: Sequence[QuotaAlteration], *, validate_only: bool
+    ) -> list[AlterQuotaResult]:
+        """AlterClientQuotas: one result per entry; each entry's changes commit together."""
+        with self._lock:
+            return self._commit_result(
+                quotas.alter_client_quotas(self._view(), alterations, validate_only=validate_only)
+            )
+
+    def describe_client_quotas(
+        self, components: Sequence[QuotaFilterComponent], *, strict: bool
+    ) -> tuple[ApiError, list[tuple[QuotaEntity, Mapping[str, float]]]]:
+        """DescribeClientQuotas over the current image; reads only."""
+        return quotas.describe_client_quotas(self.image, components, strict=strict)
 
     def create_acls(self, bindings: Sequence[AclBinding]) -> list[ApiError]:
         """CreateAcls: one error (OK when created or already there) per binding."""
