@@ -274,3 +274,52 @@ def test_click_through_overview_topic_messages_search_group_reset(
         assert first[0] == 10_000
     finally:
         resumed.close()
+
+
+def test_click_through_cluster_users_transactions_and_acls(
+    broker: BrokerProcess, console_url: str, browser: WebDriver, tmp_path: Path
+) -> None:
+    shots = shots_dir(tmp_path)
+    print(f"screenshots in {shots}")
+    browser.get(console_url + "/")
+    wait_for(browser, "brokers")
+
+    # Cluster: the broker active; a single node has no quorum, and the page says so.
+    browser.find_element(By.LINK_TEXT, "Cluster").click()
+    brokers = wait_for(browser, "brokers")
+    assert "active" in brokers.text  # type: ignore[attr-defined]
+    assert "does not serve DescribeQuorum" in wait_for(browser, "no-quorum").text  # type: ignore[attr-defined]
+    browser.save_screenshot(str(shots / "9-cluster.png"))
+
+    # Users: a SCRAM credential added through the form is listed.
+    browser.find_element(By.LINK_TEXT, "Users").click()
+    form = wait_for(browser, "user-upsert")
+    form.find_element(By.NAME, "user").send_keys("browser-alice")  # type: ignore[attr-defined]
+    Select(form.find_element(By.NAME, "mechanism")).select_by_visible_text("SCRAM-SHA-512")  # type: ignore[attr-defined]
+    form.find_element(By.NAME, "password").send_keys("a password")  # type: ignore[attr-defined]
+    browser.find_element(By.ID, "user-save").click()
+    row = WebDriverWait(browser, PAGE_TIMEOUT_S).until(
+        ec.visibility_of_element_located(
+            (
+                By.CSS_SELECTOR,
+                '#users tr[data-user="browser-alice"][data-mechanism="SCRAM-SHA-512"]',
+            )
+        )
+    )
+    assert "4096" in row.text
+    browser.save_screenshot(str(shots / "10-users.png"))
+
+    # Transactions: the list, filtered by state.
+    browser.find_element(By.LINK_TEXT, "Transactions").click()
+    wait_for(browser, "transactions")
+    Select(browser.find_element(By.NAME, "state")).select_by_visible_text("Ongoing")
+    browser.find_element(By.CSS_SELECTOR, "#transaction-filter button").click()
+    WebDriverWait(browser, PAGE_TIMEOUT_S).until(ec.url_contains("state=Ongoing"))
+    wait_for(browser, "transactions")
+    browser.save_screenshot(str(shots / "11-transactions.png"))
+
+    # ACLs: without an authorizer the broker answers SECURITY_DISABLED, shown as such.
+    browser.find_element(By.LINK_TEXT, "ACLs").click()
+    note = wait_for(browser, "acls-unavailable")
+    assert "SECURITY_DISABLED" in note.text  # type: ignore[attr-defined]
+    browser.save_screenshot(str(shots / "12-acls.png"))
