@@ -121,8 +121,25 @@ def test_cluster_page_shows_the_quorum_and_a_fenced_broker(tmp_path: Path) -> No
             assert dict((int(n), role) for n, role in voters)[quorum.leader_id] == "leader"
             assert sorted(role for _, role in voters) == ["follower", "follower", "leader"]
 
+            # A topic spread over the nodes, one replica a partition (as far as the
+            # cluster replicates today).
+            with Admin({"bootstrap.servers": bootstrap}) as admin:
+                admin.create_topics([NewTopic("spread", 6, 1)])
+                spread = wait_until(
+                    lambda: admin.describe_topics(["spread"])["spread"], "the topic's metadata"
+                )
+            victim = next(
+                p.leader for p in spread.partitions if p.leader not in (quorum.leader_id, -1)
+            )
+            on_victim = [p.partition for p in spread.partitions if p.replicas == (victim,)]
+            assert on_victim
+            topic_page = console.get("/topics/spread").text
+            for n in on_victim:
+                cells = row_cells(topic_page, "partitions", partition=n)
+                assert cells[1:5] == [str(victim), str(victim), str(victim), "-"]
+                assert cells[-1] == "in sync"
+
             # A broker that stops heartbeating is fenced by the controller.
-            victim = next(n for n in nodes.nodes if n != quorum.leader_id)
             nodes.nodes[victim].kill()
 
             def fenced() -> list[str] | None:
@@ -134,6 +151,22 @@ def test_cluster_page_shows_the_quorum_and_a_fenced_broker(tmp_path: Path) -> No
             assert cells[4] == "0"  # a fenced broker leads nothing
             page = console.get("/cluster").text
             assert element_text(page, "fenced-count") == "1"
+
+            # Its partitions have no leader, their replica is offline.
+            def offline() -> str | None:
+                page = console.get("/topics/spread").text
+                cells = row_cells(page, "partitions", partition=on_victim[0])
+                return page if cells[4] == str(victim) else None
+
+            topic_page = wait_until(offline, f"the replicas on {victim} to show offline")
+            for n in on_victim:
+                cells = row_cells(topic_page, "partitions", partition=n)
+                assert cells[1] == "none"
+                assert cells[4] == str(victim)
+                assert cells[-1] == "offline"
+            others = [p.partition for p in spread.partitions if p.partition not in on_victim]
+            for n in others:
+                assert row_cells(topic_page, "partitions", partition=n)[-1] == "in sync"
     finally:
         nodes.close()
 
