@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from tidelog.broker.broker import Broker
+from tidelog.broker.connection_limits import ConnectionLimiter, ConnectionLimits
 from tidelog.broker.groups import GroupDriver
 from tidelog.broker.handlers import HANDLERS
 from tidelog.broker.handlers.registry import CONTROLLER_HANDLERS
@@ -43,6 +44,7 @@ from tidelog.broker.server import BrokerServer
 from tidelog.broker.transactions import TransactionDriver
 from tidelog.metadata.configs import BrokerConfig, Endpoint, topic_log_config
 from tidelog.metadata.controller import Controller, NotControllerError
+from tidelog.metadata.controller.configs import effective_broker_config
 from tidelog.metadata.errors import ConfigError, MetadataError
 from tidelog.metadata.image import MetadataDelta, MetadataImage
 from tidelog.metadata.log import METADATA_PARTITION, METADATA_TOPIC
@@ -127,6 +129,8 @@ class BrokerApp:
         self.metrics_server: MetricsServer | None = None
         #: TLS and SASL settings by listener name, built first thing at start
         self.listener_security: dict[str, ListenerSecurity] = {}
+        #: Connection counts and limits shared by every listener (``max.connections``...)
+        self.connection_limiter = ConnectionLimiter()
         #: A voter of a metadata quorum (``controller.quorum.voters``); None on a single
         #: node, its own quorum of one.
         self.quorum: QuorumNode | None = None
@@ -146,6 +150,8 @@ class BrokerApp:
         # static config, as Kafka reads a listener's security at start (a dynamic change
         # is stored, not applied: no listener reconfiguration yet).
         self.listener_security = check_listeners_served(self.static_config)
+        # Likewise the connection limits: a bad one stops the start with one line.
+        self.connection_limiter.reconfigure(ConnectionLimits.from_config(self.static_config))
         # First, so that /health answers (and /ready says why not) during a long recovery.
         await self._serve_metrics()
         loop = asyncio.get_running_loop()
@@ -159,6 +165,10 @@ class BrokerApp:
         controller = node.controller
         self.controller = controller
         config = controller.config
+        # Values set dynamically (AlterConfigs) win over the static ones, from the start.
+        self.connection_limiter.reconfigure(
+            await asyncio.to_thread(ConnectionLimits.from_config, config)
+        )
         logs = LogManager(
             config.log_dirs,
             clock=self.clock,
@@ -203,6 +213,10 @@ class BrokerApp:
             # a worker thread: queue the change on the loop ahead of the operation's
             # completion (see broker.py).
             loop.call_soon_threadsafe(broker.apply_metadata, image, delta)
+            if delta.changed_broker_configs:
+                limits = self._connection_limits_of(controller, image)
+                if limits is not None:
+                    loop.call_soon_threadsafe(self.connection_limiter.reconfigure, limits)
             if self.quorum is not None:
                 # Leaderships of the internal topics move between nodes: each coordinator
                 # owns the partitions its node leads.
@@ -332,6 +346,7 @@ class BrokerApp:
                 max_in_flight=config.queued_max_requests,
                 listener=listener.name,
                 security=self.listener_security.get(listener.name),
+                limiter=self.connection_limiter,
             )
             self.binding = listener
             await server.start()
@@ -349,11 +364,28 @@ class BrokerApp:
                 iter(broker.listener_endpoints.values())
             )
 
+    @staticmethod
+    def _connection_limits_of(
+        controller: Controller, image: MetadataImage
+    ) -> ConnectionLimits | None:
+        """The connection limits after a dynamic change (Kafka's are cluster-wide dynamic),
+        None to keep those in force. Called in the loader's worker thread, where resolving
+        an override's host name may block."""
+        try:
+            return ConnectionLimits.from_config(
+                effective_broker_config(controller.static_config, image)
+            )
+        except ConfigError as exc:
+            # The value was checked when it was altered; a host name may stop resolving.
+            _log.warning("keeping the connection limits in force: %s", exc)
+            return None
+
     async def _serve_metrics(self) -> None:
         address = self.static_config.metrics_listener
         if address is None:
             return
         self.metrics = BrokerMetrics()
+        self.metrics.connection_limiter = self.connection_limiter
         server = MetricsServer(
             self.metrics,
             *address,

@@ -58,6 +58,7 @@ from tidelog.storage import StorageError
 
 if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
+    from tidelog.broker.connection_limits import ConnectionLimiter
     from tidelog.broker.quorum import QuorumNode
 
 _log = logging.getLogger(__name__)
@@ -269,6 +270,8 @@ class BrokerMetrics:
         #: leader (observed by the Raft driver on the event loop)
         self.commit_latency = _Timer(QUORUM_BUCKETS)
         self.election_latency = _Timer(QUORUM_BUCKETS)
+        #: the listeners' connection counts, set by the app (read when scraped)
+        self.connection_limiter: ConnectionLimiter | None = None
 
     # -- the request path ---------------------------------------------------------------
 
@@ -345,6 +348,12 @@ class BrokerMetrics:
             bytes_out=dict(self._out),
             queues={listener: count.value for listener, count in self._queues.items()},
             idle=self._idle.ratios(sum(s.local.sum for s in apis)),
+            connections=(
+                {name: limiter.connections(name) for name in limiter.listeners()}
+                if (limiter := self.connection_limiter) is not None
+                else {}
+            ),
+            connections_refused=dict(limiter.refused_per_ip) if limiter is not None else {},
         )
 
     def gather(self, broker: Broker, quorum: QuorumNode | None = None) -> ScrapeState:
@@ -488,6 +497,10 @@ class ScrapeState:
     queues: dict[str, int] = field(default_factory=dict)
     #: (network idle, handler idle) ratios since the previous scrape
     idle: tuple[float, float] | None = None
+    #: listener -> open connections; listener -> connections closed over
+    #: ``max.connections.per.ip``
+    connections: dict[str, int] = field(default_factory=dict)
+    connections_refused: dict[str, int] = field(default_factory=dict)
     #: (topic, partition, log, high watermark) of every partition this broker leads
     partitions: list[tuple[str, int, Any, int]] = field(default_factory=list)
     #: partitions the metadata says this broker leads but which have no open log
@@ -597,6 +610,21 @@ def request_families(state: ScrapeState) -> Iterable[Metric]:
     for listener, size in sorted(state.queues.items()):
         queue_size.add_metric([listener], size)
     yield queue_size
+    connections = GaugeMetricFamily(
+        "kafka_server_socket_server_metrics_connection_count",
+        "Open client connections of the listener.",
+        labels=["listener"],
+    )
+    for listener, count in sorted(state.connections.items()):
+        connections.add_metric([listener], count)
+    refused = CounterMetricFamily(
+        "kafka_server_socket_server_metrics_connections_refused",
+        "Connections closed as soon as accepted: their address held max.connections.per.ip.",
+        labels=["listener"],
+    )
+    for listener, count in sorted(state.connections_refused.items()):
+        refused.add_metric([listener], count)
+    yield from (connections, refused)
     if state.idle is not None:
         network_idle, handler_idle = state.idle
         yield _gauge(

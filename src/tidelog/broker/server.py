@@ -4,18 +4,25 @@ Shutdown (SIGTERM/SIGINT, or :meth:`BrokerServer.shutdown`) happens in Kafka's o
 stop accepting, stop reading new requests, let the requests already taken finish and
 their responses go out (bounded by a grace period), then close the connections and
 hand over to the broker to flush and close its logs with the clean-shutdown marker.
+
+Connection limits (:mod:`tidelog.broker.connection_limits`): before each accept the
+listener waits for room under ``max.connections`` and its creation rate; a connection
+accepted from an address at its ``max.connections.per.ip`` is closed at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tidelog.broker.connection import Connection
+from tidelog.broker.connection_limits import ConnectionLimiter
 from tidelog.broker.reply import Handler
 from tidelog.protocol import ApiKey, VersionRange
 
@@ -42,8 +49,11 @@ class BrokerServer:
         shutdown_grace_s: float = 10.0,
         listener: str = "PLAINTEXT",
         security: ListenerSecurity | None = None,
+        limiter: ConnectionLimiter | None = None,
     ) -> None:
         self.listener = listener
+        #: The broker's connection counts and limits, shared by its listeners.
+        self.limiter = limiter if limiter is not None else ConnectionLimiter()
         #: TLS and SASL of this listener (None: plain text, everyone ANONYMOUS)
         self.security = security
         self._broker = broker
@@ -81,13 +91,27 @@ class BrokerServer:
     async def _accept_loop(self) -> None:
         assert self._listener is not None
         loop = asyncio.get_running_loop()
+        limiter = self.limiter
         while True:
+            await self._room_to_accept()
             try:
-                sock, _ = await loop.sock_accept(self._listener)
+                sock, address = await loop.sock_accept(self._listener)
             except OSError as exc:
                 # EMFILE and friends: log, back off a little, keep serving the others.
                 _log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)
+                continue
+            host = str(address[0]) if isinstance(address, tuple) else str(address)
+            if not limiter.admit(self.listener, host, time.monotonic()):
+                # Kafka's TooManyConnectionsException: closed before a byte is read.
+                _log.info(
+                    "closing a connection from %s on %s: max.connections.per.ip (%d) reached",
+                    host,
+                    self.listener,
+                    limiter.limits.limit_of(host),
+                )
+                with contextlib.suppress(OSError):
+                    sock.close()
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -103,11 +127,33 @@ class BrokerServer:
             )
             task = asyncio.create_task(connection.run(), name=f"connection {connection.peer}")
             self._connections[connection] = task
-            task.add_done_callback(self._forget(connection))
+            task.add_done_callback(self._forget(connection, host))
 
-    def _forget(self, connection: Connection) -> Callable[[asyncio.Task[None]], None]:
+    async def _room_to_accept(self) -> None:
+        """Wait until this listener may accept one more connection (back pressure: the
+        clients wait in the kernel's backlog meanwhile)."""
+        loop = asyncio.get_running_loop()
+        blocked = False
+        while True:
+            delay = self.limiter.wait_time(self.listener, time.monotonic())
+            if delay == 0:
+                if blocked:
+                    _log.info("%s accepts connections again", self.listener)
+                return
+            if delay is not None:
+                await asyncio.sleep(delay)
+                continue
+            if not blocked:
+                blocked = True
+                _log.info("%s stops accepting: its connection limit is reached", self.listener)
+            room: asyncio.Future[None] = loop.create_future()
+            self.limiter.when_room(functools.partial(_wake, room))
+            await room
+
+    def _forget(self, connection: Connection, host: str) -> Callable[[asyncio.Task[None]], None]:
         def forget(_: asyncio.Task[None]) -> None:
             self._connections.pop(connection, None)
+            self.limiter.release(self.listener, host)
 
         return forget
 
@@ -129,3 +175,8 @@ class BrokerServer:
                     task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

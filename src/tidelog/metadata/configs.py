@@ -68,6 +68,7 @@ __all__ = [
     "format_value",
     "no_effect_doc_tables",
     "parse_overrides",
+    "parse_per_ip_overrides",
     "parse_properties",
     "read_properties_file",
     "topic_config_value",
@@ -1316,7 +1317,41 @@ _SECURITY_DOCS = {
     "super.users": "Principals allowed everything, separated by ';' (User:admin;User:ops).",
     "allow.everyone.if.no.acl.found": "Whether a resource no ACL matches is open to everyone "
     "(false: only super users).",
+    # Connection limits, read by tidelog.broker.connection_limits (dynamic: applied at once).
+    "max.connections": "Connections the broker holds at most (also per listener as "
+    "listener.name.<listener>.max.connections); at the limit a listener stops accepting "
+    "until one closes. The inter-broker listener is spared when there are others.",
+    "max.connections.per.ip": "Connections one client address may hold over every listener; "
+    "one more is closed as soon as it is accepted.",
+    "max.connections.per.ip.overrides": "Per-address limits instead of max.connections.per.ip: "
+    "host:count pairs separated by commas (host names are resolved when read).",
+    "max.connection.creation.rate": "New connections accepted per second, broker-wide (also "
+    "per listener as listener.name.<listener>.max.connection.creation.rate); over it a "
+    "listener waits before its next accept.",
 }
+
+
+def parse_per_ip_overrides(key: str, text: str) -> dict[str, int]:
+    """``host:count,host:count`` as {host: count}; ConfigError names ``key`` when malformed.
+
+    The count follows the last ``:``, so an IPv6 address keeps its colons."""
+    overrides: dict[str, int] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, colon, count = item.rpartition(":")
+        host, count = host.strip(), count.strip()
+        if not colon or not host or not count.lstrip("-").isdigit():
+            raise ConfigError(key, text, f"{item!r} is not host:count")
+        if int(count) < 0:
+            raise ConfigError(key, text, f"the count of {host} must be at least 0")
+        overrides[host] = int(count)
+    return overrides
+
+
+def _check_per_ip_overrides(name: str, value: ConfigValue) -> None:
+    parse_per_ip_overrides(name, value if isinstance(value, str) else "")
 
 
 def _check_authorizer(name: str, value: ConfigValue) -> None:
@@ -1337,6 +1372,10 @@ def _check_super_users(name: str, value: ConfigValue) -> None:
 _SECURITY_CHECKS: dict[str, Check] = {
     "authorizer.class.name": _check_authorizer,
     "super.users": _check_super_users,
+    "max.connections": at_least(0),
+    "max.connections.per.ip": at_least(0),
+    "max.connections.per.ip.overrides": _check_per_ip_overrides,
+    "max.connection.creation.rate": at_least(0),
 }
 
 

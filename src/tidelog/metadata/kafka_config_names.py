@@ -424,7 +424,6 @@ NO_EFFECT_REASONS: tuple[tuple[str, str], ...] = (
     ("alter.log.dirs.replication.quota.", "quotas are not enforced"),
     ("controller.quota.", "quotas are not enforced"),
     ("client.quota.callback.class", "quotas are not enforced"),
-    ("max.connection", "connection limits are not enforced"),
     ("controller.", "a single node is its own controller; there is no controller to reach"),
     ("metadata.", "the metadata log keeps its own segment and snapshot settings"),
     ("initial.broker.registration.", "a single node is its own controller"),
