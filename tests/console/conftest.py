@@ -1,5 +1,5 @@
 """Fixtures of the console tests: one real `tidelog serve` per test module (the interop kit's
-BrokerProcess), the console application on it, and helpers that read the rendered pages."""
+BrokerProcess), an admin client and the console application on it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "interop"))
 
 from interop_broker import BrokerProcess
+from starlette.testclient import TestClient
+
+from tidelog.client import Admin
+from tidelog.console.app import ConsoleConfig, create_app
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +33,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     finally:
         gc.collect()
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(broker: BrokerProcess) -> Iterator[Admin]:
+    with Admin({"bootstrap.servers": broker.bootstrap}) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def console(broker: BrokerProcess) -> Iterator[TestClient]:
+    """The console application on the module's broker, with its clients started."""
+    with TestClient(create_app(ConsoleConfig(broker.bootstrap))) as client:
+        yield client
 
 
 @pytest.fixture

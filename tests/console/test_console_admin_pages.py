@@ -37,18 +37,6 @@ SECURED_ARGS = [
 
 
 @pytest.fixture(scope="module")
-def admin(broker: BrokerProcess) -> Iterator[Admin]:
-    with Admin({"bootstrap.servers": broker.bootstrap}) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def console(broker: BrokerProcess) -> Iterator[TestClient]:
-    with TestClient(create_app(ConsoleConfig(broker.bootstrap))) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("secured"), extra_args=SECURED_ARGS)
     process.start()
@@ -62,6 +50,16 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 def secured_console(secured: BrokerProcess) -> Iterator[TestClient]:
     with TestClient(create_app(ConsoleConfig(secured.bootstrap))) as client:
         yield client
+
+
+def assert_refused(
+    client: TestClient, path: str, base: dict[str, str], cases: list[tuple[dict[str, str], str]]
+) -> None:
+    """Each change to the valid form ``base`` is answered 400 with its reason."""
+    for change, reason in cases:
+        page = client.post(path, data={**base, **change})
+        assert page.status_code == 400, change
+        assert reason in text_of(page.text), change
 
 
 def text_of(page: str) -> str:
@@ -279,15 +277,13 @@ def test_acls_are_created_filtered_and_deleted_through_the_forms(
 def test_acl_forms_refuse_bad_input_with_a_reason(secured_console: TestClient) -> None:
     base = {"principal": "User:x", "resource_type": "TOPIC", "resource_name": "t",
             "operation": "READ"}  # fmt: skip
-    for change, reason in [
+    cases = [
         ({"operation": "FLY"}, "operation 'FLY': expected one of"),
         ({"resource_type": "TABLE"}, "resource_type 'TABLE': expected one of"),
         ({"principal": ""}, "principal: required"),
         ({"resource_name": ""}, "resource name: required"),
-    ]:
-        page = secured_console.post("/acls", data={**base, **change})
-        assert page.status_code == 400, change
-        assert reason in text_of(page.text)
+    ]
+    assert_refused(secured_console, "/acls", base, cases)
     bad_filter = secured_console.get("/acls", params={"pattern": "MATCH"})
     assert bad_filter.status_code == 400
     # A principal without its type is refused by the broker, in Kafka's words.
@@ -337,15 +333,14 @@ def test_scram_users_are_added_listed_and_deleted(console: TestClient, admin: Ad
 
 def test_scram_user_form_refuses_bad_input(console: TestClient) -> None:
     base = {"user": "u", "mechanism": "SCRAM-SHA-256", "password": "p"}
-    for change, reason in [
+    cases = [
         ({"iterations": "100"}, "iterations 100: must be at least 4096"),
+        ({"iterations": "99999"}, "iterations 99999: must be at most 16384"),
         ({"mechanism": "PLAIN"}, "mechanism 'PLAIN': expected one of"),
         ({"password": ""}, "password: required"),
         ({"user": " "}, "user: required"),
-    ]:
-        page = console.post("/users", data={**base, **change})
-        assert page.status_code == 400, change
-        assert reason in text_of(page.text)
+    ]
+    assert_refused(console, "/users", base, cases)
 
 
 # -- transactions ----------------------------------------------------------------------------

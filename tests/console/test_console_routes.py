@@ -10,7 +10,6 @@ import base64
 import html
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,18 +36,6 @@ from tidelog.client import (
 from tidelog.console.app import ConsoleConfig, create_app
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def admin(broker: BrokerProcess) -> Iterator[Admin]:
-    with Admin({"bootstrap.servers": broker.bootstrap}) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def console(broker: BrokerProcess) -> Iterator[TestClient]:
-    with TestClient(create_app(ConsoleConfig(broker.bootstrap))) as client:
-        yield client
 
 
 def produce(broker: BrokerProcess, topic: str, records: list[dict[str, object]]) -> None:
