@@ -4,6 +4,12 @@ For ``--entity-type users`` the configs are SCRAM credentials, written as kafka-
 writes them: ``--add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'``
 (iterations default to 4096) and ``--delete-config SCRAM-SHA-512``; the password is salted
 here and never sent (AlterUserScramCredentials).
+
+Client quotas (``--entity-type users|clients|ips``) are set as kafka-configs sets them:
+``--entity-type users --entity-name alice --entity-type clients --entity-default
+--add-config producer_byte_rate=1024,consumer_byte_rate=2048`` (each ``--entity-name`` or
+``--entity-default`` names the entity type given before it); ``--delete-config KEY``
+removes a key (AlterClientQuotas, DescribeClientQuotas).
 """
 
 from __future__ import annotations
@@ -16,7 +22,11 @@ from typing import Any
 from tidelog.cli.output import UsageError, add_bootstrap, guarded, parse_pairs, print_table
 from tidelog.client import Admin, AlterConfigOp, ConfigResource
 
-_TYPES = {"topics": "topic", "brokers": "broker", "users": "user"}
+_TYPES = {"topics": "topic", "brokers": "broker", "users": "user", "clients": "client", "ips": "ip"}
+#: Quota entity types by the command line's entity type, and how Kafka's tool names them.
+_QUOTA_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+_QUOTA_LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+_EXACT, _DEFAULT, _ANY = 0, 1, 2
 _SCRAM_CONFIG = re.compile(r"\s*(SCRAM-SHA-(?:256|512))=\[([^\]]*)\]\s*(?:,|$)")
 _DEFAULT_ITERATIONS = 4096
 
@@ -31,8 +41,18 @@ def add_parser(commands: Any) -> None:
     for action, helptext in (("describe", "show configs"), ("alter", "change configs")):
         sub = actions.add_parser(action, help=helptext)
         add_bootstrap(sub)
-        sub.add_argument("--entity-type", required=True, choices=sorted(_TYPES))
-        sub.add_argument("--entity-name", required=True, help="topic name, broker id or user")
+        sub.add_argument(
+            "--entity-type", dest="entity_types", action="append", required=True,
+            choices=sorted(_TYPES), help="repeat for a user and client-id quota entity",
+        )  # fmt: skip
+        sub.add_argument(
+            "--entity-name", dest="entity_names", action="append",
+            help="topic name, broker id, user, client id or ip (for the type before it)",
+        )  # fmt: skip
+        sub.add_argument(
+            "--entity-default", dest="entity_names", action="append_const", const=None,
+            help="the default user, client id or ip (quotas)",
+        )  # fmt: skip
         if action == "describe":
             sub.add_argument("--all", action="store_true", help="include defaults")
             sub.set_defaults(run=guarded("configs describe", _describe))
@@ -42,12 +62,90 @@ def add_parser(commands: Any) -> None:
             sub.set_defaults(run=guarded("configs alter", _alter))
 
 
+def _single_entity(args: argparse.Namespace) -> None:
+    """Topics, brokers and SCRAM users take one --entity-type and one --entity-name."""
+    names = args.entity_names or []
+    if len(args.entity_types) != 1 or len(names) != 1 or names[0] is None:
+        raise UsageError(f"--entity-type {args.entity_types[0]} takes exactly one --entity-name")
+    args.entity_type, args.entity_name = args.entity_types[0], names[0]
+
+
 def _resource(args: argparse.Namespace) -> ConfigResource:
     return ConfigResource(_TYPES[args.entity_type], args.entity_name)
 
 
+def _is_quota(args: argparse.Namespace, keys: list[str]) -> bool:
+    """Whether the command is about client quotas: clients or ips, several entity types,
+    a default entity, or users with keys that are not SCRAM mechanisms."""
+    types = args.entity_types
+    if any(t not in _QUOTA_TYPES for t in types):
+        return False
+    if types != ["users"] or None in (args.entity_names or []):
+        return True
+    return bool(keys) and not any(k.strip().upper().startswith("SCRAM-") for k in keys)
+
+
+def _quota_entity(args: argparse.Namespace, *, describe: bool) -> list[tuple[str, str | None]]:
+    names = args.entity_names or []
+    if len(names) > len(args.entity_types) or (
+        not describe and len(names) < len(args.entity_types)
+    ):
+        raise UsageError("give one --entity-name or --entity-default after each --entity-type")
+    kinds = [_QUOTA_TYPES[t] for t in args.entity_types]
+    if len(set(kinds)) != len(kinds):
+        raise UsageError("each --entity-type may be given once")
+    return [(kind, names[i] if i < len(names) else "") for i, kind in enumerate(kinds)]
+
+
+def _entity_label(entity: list[tuple[str, str | None]] | dict[str, str | None]) -> str:
+    pairs = list(entity.items()) if isinstance(entity, dict) else entity
+    pairs = sorted(pairs, key=lambda pair: list(_QUOTA_LABELS).index(pair[0]))  # user first
+    return ", ".join(
+        f"the default {_QUOTA_LABELS.get(kind, kind)}"
+        if name is None
+        else f"{_QUOTA_LABELS.get(kind, kind)} '{name}'"
+        for kind, name in pairs
+    )
+
+
+def _alter_quotas(args: argparse.Namespace) -> int:
+    entity = _quota_entity(args, describe=False)
+    ops: dict[str, float | None] = {}
+    for key, text in parse_pairs(args.add_config, "--add-config").items():
+        try:
+            ops[key] = float(text)
+        except ValueError:
+            raise UsageError(f"--add-config {key}={text}: the value must be a number") from None
+    for item in args.delete_config:
+        ops.update((k.strip(), None) for k in item.split(",") if k.strip())
+    if not ops:
+        raise UsageError("nothing to alter: give --add-config and/or --delete-config")
+    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+        admin.alter_client_quotas([(dict(entity), ops)])
+    print(f"Completed updating config for {_entity_label(entity)}.")
+    return 0
+
+
+def _describe_quotas(args: argparse.Namespace) -> int:
+    components = [
+        (kind, _ANY if name == "" else _DEFAULT if name is None else _EXACT, name or None)
+        for kind, name in _quota_entity(args, describe=True)
+    ]
+    with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
+        found = admin.describe_client_quotas(components, strict=True)
+    for entity, values in found:
+        shown = ", ".join(f"{key}={value}" for key, value in sorted(values.items()))
+        print(f"Quota configs for {_entity_label(entity)} are {shown}")
+    return 0
+
+
 def _describe(args: argparse.Namespace) -> int:
+    if _is_quota(args, []):
+        return _describe_quotas(args)
+    _single_entity(args)
     if args.entity_type == "users":
+        # A user has quotas and SCRAM credentials, as kafka-configs shows them both.
+        _describe_quotas(args)
         return _describe_user(args)
     resource = _resource(args)
     with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
@@ -148,6 +246,11 @@ def _describe_user(args: argparse.Namespace) -> int:
 
 
 def _alter(args: argparse.Namespace) -> int:
+    keys = [k.partition("=")[0] for item in args.add_config for k in item.split(",")]
+    keys += [k for item in args.delete_config for k in item.split(",")]
+    if _is_quota(args, keys):
+        return _alter_quotas(args)
+    _single_entity(args)
     if args.entity_type == "users":
         return _alter_user(args)
     ops = [

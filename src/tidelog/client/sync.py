@@ -555,6 +555,22 @@ class Admin(_Facade):
         )
         return result
 
+    def alter_client_quotas(
+        self,
+        alterations: Iterable[tuple[Mapping[str, str | None], Mapping[str, float | None]]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._run(self._core.alter_client_quotas(list(alterations), validate_only=validate_only))
+
+    def describe_client_quotas(
+        self, components: Iterable[tuple[str, int, str | None]] = (), *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        result: list[tuple[dict[str, str | None], dict[str, float]]] = self._run(
+            self._core.describe_client_quotas(list(components), strict=strict)
+        )
+        return result
+
     def create_acls(self, bindings: Iterable[AclBinding]) -> None:
         self._run(self._core.create_acls(list(bindings)))
 

@@ -228,6 +228,7 @@ public final class InteropClient {
                 case "describe-quorum": result = describeQuorum(admin); break;
                 case "elect-leaders": result = electLeaders(admin, o); break;
                 case "reassignments": result = reassignments(admin, o); break;
+                case "quotas": result = quotas(admin, o); break;
                 default: throw new IllegalArgumentException("unknown command " + command);
             }
             return List.of(result);
@@ -719,6 +720,81 @@ public final class InteropClient {
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("listed", listed);
         out.put("described", described);
+        return out;
+    }
+
+    // ---- client quotas: {"alter": [{"entity": {type: name|null}, "ops": {key: value|null}}],
+    // "validate_only": bool, "describe": {"components": [{"type", "match": "exact"|"default"|"any",
+    // "name"}], "strict": bool}} -> {"altered": [null | error class], "described": [{entity, values}]}
+
+    private static Map<String, String> quotaEntityMap(Object entity) {
+        Map<String, String> out = new HashMap<>();
+        for (Map.Entry<String, Object> e : asMap(entity).entrySet()) {
+            out.put(e.getKey(), e.getValue() == null ? null : String.valueOf(e.getValue()));
+        }
+        return out;
+    }
+
+    private static Object quotas(Admin admin, Map<String, Object> o) throws Exception {
+        Map<String, Object> out = new LinkedHashMap<>();
+        if (o.get("alter") != null) {
+            List<org.apache.kafka.common.quota.ClientQuotaAlteration> alterations = new ArrayList<>();
+            for (Object a : (List<?>) o.get("alter")) {
+                Map<String, Object> m = asMap(a);
+                List<org.apache.kafka.common.quota.ClientQuotaAlteration.Op> ops = new ArrayList<>();
+                for (Map.Entry<String, Object> op : asMap(m.get("ops")).entrySet()) {
+                    Double value = op.getValue() == null ? null : ((Number) op.getValue()).doubleValue();
+                    ops.add(new org.apache.kafka.common.quota.ClientQuotaAlteration.Op(op.getKey(), value));
+                }
+                alterations.add(new org.apache.kafka.common.quota.ClientQuotaAlteration(
+                        new org.apache.kafka.common.quota.ClientQuotaEntity(quotaEntityMap(m.get("entity"))), ops));
+            }
+            org.apache.kafka.clients.admin.AlterClientQuotasOptions options =
+                    new org.apache.kafka.clients.admin.AlterClientQuotasOptions()
+                            .validateOnly(Boolean.TRUE.equals(o.get("validate_only")));
+            Map<org.apache.kafka.common.quota.ClientQuotaEntity, KafkaFuture<Void>> values =
+                    admin.alterClientQuotas(alterations, options).values();
+            List<Object> altered = new ArrayList<>();
+            for (org.apache.kafka.common.quota.ClientQuotaAlteration a : alterations) {
+                try {
+                    values.get(a.entity()).get();
+                    altered.add(null);
+                } catch (ExecutionException e) {
+                    altered.add(e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage());
+                }
+            }
+            out.put("altered", altered);
+        }
+        if (o.get("describe") != null) {
+            Map<String, Object> d = asMap(o.get("describe"));
+            List<org.apache.kafka.common.quota.ClientQuotaFilterComponent> components = new ArrayList<>();
+            for (Object c : (List<?>) d.getOrDefault("components", List.of())) {
+                Map<String, Object> m = asMap(c);
+                String type = str(m, "type");
+                switch (String.valueOf(m.get("match"))) {
+                    case "exact": components.add(org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntity(type, str(m, "name"))); break;
+                    case "default": components.add(org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofDefaultEntity(type)); break;
+                    default: components.add(org.apache.kafka.common.quota.ClientQuotaFilterComponent.ofEntityType(type)); break;
+                }
+            }
+            org.apache.kafka.common.quota.ClientQuotaFilter filter = Boolean.TRUE.equals(d.get("strict"))
+                    ? org.apache.kafka.common.quota.ClientQuotaFilter.containsOnly(components)
+                    : org.apache.kafka.common.quota.ClientQuotaFilter.contains(components);
+            try {
+                List<Object> described = new ArrayList<>();
+                for (Map.Entry<org.apache.kafka.common.quota.ClientQuotaEntity, Map<String, Double>> e :
+                        admin.describeClientQuotas(filter).entities().get().entrySet()) {
+                    Map<String, Object> entry = new LinkedHashMap<>();
+                    entry.put("entity", new TreeMap<>(e.getKey().entries()));
+                    entry.put("values", new TreeMap<>(e.getValue()));
+                    described.add(entry);
+                }
+                out.put("described", described);
+            } catch (ExecutionException e) {
+                out.put("described", Map.of("error", e.getCause().getClass().getSimpleName(),
+                        "message", String.valueOf(e.getCause().getMessage())));
+            }
+        }
         return out;
     }
 

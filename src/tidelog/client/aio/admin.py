@@ -1303,6 +1303,57 @@ class AIOAdmin:
         _check(errors, "describe SCRAM credentials")
         return out
 
+    # -- client quotas (KIP-546) -------------------------------------------------------------
+
+    async def alter_client_quotas(
+        self,
+        alterations: Iterable[tuple[Mapping[str, str | None], Mapping[str, float | None]]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set or remove quotas: (entity, {key: value, or None to remove}) per entity, an
+        entity being {entity type: name, or None for the type's default}."""
+        entries = [
+            {
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
+                "ops": [
+                    {"key": k, "value": 0.0 if v is None else float(v), "remove": v is None}
+                    for k, v in ops.items()
+                ],
+            }
+            for entity, ops in alterations
+        ]
+        response = await self._call_controller(
+            ApiKey.ALTER_CLIENT_QUOTAS, {"entries": entries, "validate_only": validate_only}
+        )
+        errors: dict[object, ClientError] = {}
+        for r in response.entries:
+            name = ", ".join(f"{e.entity_type}={e.entity_name}" for e in r.entity)
+            err = _item_error(r.error_code, r.error_message, f"quota entity {name}")
+            if err is not None:
+                errors[name] = err
+        _check(errors, "alter client quotas")
+
+    async def describe_client_quotas(
+        self, components: Iterable[tuple[str, int, str | None]] = (), *, strict: bool = False
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """(entity, quotas) of the entities matching every (entity type, match type, name)
+        component: match type 0 exact name, 1 the default, 2 any name."""
+        wanted = [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components]
+        response = await self._call_controller(
+            ApiKey.DESCRIBE_CLIENT_QUOTAS, {"components": wanted, "strict": strict}
+        )
+        err = _item_error(response.error_code, response.error_message, "describe client quotas")
+        if err is not None:
+            raise err
+        return [
+            (
+                {e.entity_type: e.entity_name for e in entry.entity},
+                {v.key: float(v.value) for v in entry.values},
+            )
+            for entry in response.entries or ()
+        ]
+
     # -- ACLs (KIP-140) ----------------------------------------------------------------------
 
     async def create_acls(self, bindings: Iterable[AclBinding]) -> None:

@@ -1,0 +1,170 @@
+"""Client quotas (AlterClientQuotas, DescribeClientQuotas) from real clients against a real
+single-node `tidelog serve`: the Java admin client (kafka-python and confluent-kafka have
+no client quota API) and `tidelog configs` for users, clients and ips.
+
+Quotas are metadata only in this step: nothing is throttled yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from interop_broker import BrokerProcess
+from java_harness import JavaClient
+
+from tidelog.cli.main import main
+
+
+def _described(java: JavaClient, components: list[dict[str, Any]], strict: bool = False) -> Any:
+    return java.one("quotas", {"describe": {"components": components, "strict": strict}})[
+        "described"
+    ]
+
+
+def test_java_admin_sets_reads_and_removes_quotas(java: JavaClient) -> None:
+    altered = java.one(
+        "quotas",
+        {
+            "alter": [
+                {
+                    "entity": {"user": "jalice", "client-id": "japp"},
+                    "ops": {"producer_byte_rate": 1024, "request_percentage": 12.5},
+                },
+                {"entity": {"user": None}, "ops": {"consumer_byte_rate": 4096}},
+                {"entity": {"ip": "10.1.2.3"}, "ops": {"connection_creation_rate": 7}},
+                {"entity": {"user": "jbob"}, "ops": {"producer_byte_rate": -1}},
+                {"entity": {"ip": "10.1.2.4", "user": "x"}, "ops": {"connection_creation_rate": 1}},
+                {"entity": {"user": "jdave"}, "ops": {"connection_creation_rate": 1}},
+            ]
+        },
+    )["altered"]
+    assert altered[:3] == [None, None, None]
+    assert altered[3].startswith("InvalidRequestException: Quota producer_byte_rate must be")
+    assert altered[4].startswith("InvalidRequestException: Invalid quota entity combination")
+    assert altered[5].startswith("InvalidRequestException: Invalid configuration key")
+
+    exact = _described(java, [{"type": "user", "match": "exact", "name": "jalice"}])
+    assert exact == [
+        {
+            "entity": {"client-id": "japp", "user": "jalice"},
+            "values": {"producer_byte_rate": 1024.0, "request_percentage": 12.5},
+        }
+    ]
+    assert _described(java, [{"type": "user", "match": "exact", "name": "jalice"}], True) == []
+    default = _described(java, [{"type": "user", "match": "default"}], strict=True)
+    assert default == [{"entity": {"user": None}, "values": {"consumer_byte_rate": 4096.0}}]
+    ips = _described(java, [{"type": "ip", "match": "any"}])
+    assert {"entity": {"ip": "10.1.2.3"}, "values": {"connection_creation_rate": 7.0}} in ips
+    bad = _described(java, [{"type": "ip", "match": "any"}, {"type": "user", "match": "any"}])
+    assert bad["error"] == "InvalidRequestException"
+
+    # validate_only checks and changes nothing; a removal takes the key away.
+    checked = java.one(
+        "quotas",
+        {
+            "alter": [{"entity": {"user": "jcarol"}, "ops": {"producer_byte_rate": 5}}],
+            "validate_only": True,
+        },
+    )["altered"]
+    assert checked == [None]
+    assert _described(java, [{"type": "user", "match": "exact", "name": "jcarol"}]) == []
+    java.one(
+        "quotas",
+        {
+            "alter": [
+                {
+                    "entity": {"user": "jalice", "client-id": "japp"},
+                    "ops": {"producer_byte_rate": None},
+                }
+            ]
+        },
+    )
+    after = _described(java, [{"type": "user", "match": "exact", "name": "jalice"}])
+    assert after[0]["values"] == {"request_percentage": 12.5}
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(["configs", *argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_tidelog_configs_quotas(
+    broker: BrokerProcess, java: JavaClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bs = ("--bootstrap-server", broker.bootstrap)
+    status, out, _ = cli(
+        capsys,
+        "alter",
+        *bs,
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "cli-user",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        "cli-app",
+        "--add-config",
+        "producer_byte_rate=2048,consumer_byte_rate=4096",
+    )
+    assert status == 0, out
+    assert "Completed updating config for user-principal 'cli-user', client-id 'cli-app'." in out
+    status, out, _ = cli(
+        capsys, "alter", *bs, "--entity-type", "clients", "--entity-default",
+        "--add-config", "request_percentage=50",
+    )  # fmt: skip
+    assert status == 0, out
+    status, out, _ = cli(
+        capsys, "alter", *bs, "--entity-type", "ips", "--entity-name", "10.9.9.9",
+        "--add-config", "connection_creation_rate=3",
+    )  # fmt: skip
+    assert status == 0, out
+
+    # The Java admin client sees what the command line set.
+    seen = _described(java, [{"type": "user", "match": "exact", "name": "cli-user"}])
+    assert seen == [
+        {
+            "entity": {"client-id": "cli-app", "user": "cli-user"},
+            "values": {"consumer_byte_rate": 4096.0, "producer_byte_rate": 2048.0},
+        }
+    ]
+
+    status, out, _ = cli(
+        capsys, "describe", *bs, "--entity-type", "users", "--entity-name", "cli-user",
+        "--entity-type", "clients", "--entity-name", "cli-app",
+    )  # fmt: skip
+    assert status == 0
+    assert (
+        "Quota configs for user-principal 'cli-user', client-id 'cli-app' are "
+        "consumer_byte_rate=4096.0, producer_byte_rate=2048.0"
+    ) in out
+    status, out, _ = cli(capsys, "describe", *bs, "--entity-type", "clients", "--entity-default")
+    assert status == 0
+    assert "Quota configs for the default client-id are request_percentage=50.0" in out
+
+    status, out, _ = cli(
+        capsys, "alter", *bs, "--entity-type", "users", "--entity-name", "cli-user",
+        "--entity-type", "clients", "--entity-name", "cli-app",
+        "--delete-config", "producer_byte_rate",
+    )  # fmt: skip
+    assert status == 0
+    seen = _described(java, [{"type": "user", "match": "exact", "name": "cli-user"}])
+    assert seen[0]["values"] == {"consumer_byte_rate": 4096.0}
+
+    # Bad input: one line with Kafka's reason, exit status 1, nothing changed.
+    status, out, err = cli(
+        capsys, "alter", *bs, "--entity-type", "users", "--entity-name", "cli-user",
+        "--add-config", "producer_byte_rate=-5",
+    )  # fmt: skip
+    assert status == 1
+    assert "Quota producer_byte_rate must be greater than 0" in err
+    assert len(err.strip().splitlines()) == 1
+    status, out, err = cli(
+        capsys, "alter", *bs, "--entity-type", "ips", "--entity-name", "10.9.9.9",
+        "--add-config", "producer_byte_rate=5",
+    )  # fmt: skip
+    assert status == 1 and "Invalid configuration key producer_byte_rate" in err
+    ips = _described(java, [{"type": "ip", "match": "exact", "name": "10.9.9.9"}])
+    assert ips == [{"entity": {"ip": "10.9.9.9"}, "values": {"connection_creation_rate": 3.0}}]
