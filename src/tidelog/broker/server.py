@@ -113,8 +113,14 @@ class BrokerServer:
                 with contextlib.suppress(OSError):
                     sock.close()
                 continue
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                # Reset by the client already: its slot is free again at once.
+                limiter.release(self.listener, host)
+                sock.close()
+                continue
             connection = Connection(
                 sock,
                 self._broker,

@@ -257,3 +257,22 @@ def test_dynamic_changes_are_validated_like_static_ones() -> None:
     )
     assert refused is not None and refused.code == ErrorCode.INVALID_REQUEST
     assert "is not host:count" in (refused.message or "")
+
+
+def test_metrics_report_connections_and_refusals_per_listener() -> None:
+    from tidelog.broker.metrics import BrokerMetrics
+
+    from .test_metrics import parse, value
+
+    limiter = ConnectionLimiter(limits_of({"max.connections.per.ip": "1"}))
+    metrics = BrokerMetrics()
+    metrics.connection_limiter = limiter
+    assert limiter.admit("PLAINTEXT", "10.0.0.1", 0.0)
+    assert limiter.admit("PLAINTEXT", "10.0.0.2", 0.0)
+    assert not limiter.admit("PLAINTEXT", "10.0.0.1", 0.0)
+    limiter.release("PLAINTEXT", "10.0.0.2")
+    sample = parse(metrics.render(metrics.gather_requests()))
+    count = "kafka_server_socket_server_metrics_connection_count"
+    refused = "kafka_server_socket_server_metrics_connections_refused_total"
+    assert value(sample, count, listener="PLAINTEXT") == 1
+    assert value(sample, refused, listener="PLAINTEXT") == 1
