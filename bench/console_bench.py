@@ -10,11 +10,14 @@ console application itself (Starlette's TestClient, so template rendering counts
 - the worst case: a text present in every batch (in keys) but searched in values, so every
   batch is decoded and nothing is found;
 - a search that matches nothing in an empty partition (must end at once, not at its budget);
-- a page of 100 records from the beginning, from an offset in the middle, and the newest 100.
+- a page of 100 records from the beginning, from an offset in the middle, and the newest 100;
+- the admin pages (cluster, a topic of ``--wide-partitions`` partitions, transactions, ACLs,
+  users), each a fixed number of batched requests whatever the number of partitions.
 
     .venv/bin/python bench/console_bench.py                        # starts tidelog serve
     .venv/bin/python bench/console_bench.py --records 200000       # smaller
     .venv/bin/python bench/console_bench.py --bootstrap-server 127.0.0.1:9092
+    .venv/bin/python bench/console_bench.py --pages-only --wide-partitions 2000
 
 Figures are printed, then one line of JSON; nothing passes or fails on timing.
 """
@@ -42,21 +45,26 @@ from tidelog.console.app import ConsoleConfig, create_app
 PARTITIONS = 3
 
 
-def fill(bootstrap: str, topic: str, records: int) -> tuple[float, str, str]:
-    """Writes the records; returns seconds taken and the needle of a value and of a header."""
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A broker just started may not be registered yet (INVALID_REPLICATION_FACTOR): ask
+    again for a while."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    # One partition more than is written to: it stays empty. A broker just started may not
-    # be registered yet (INVALID_REPLICATION_FACTOR): ask again for a while.
     deadline = time.monotonic() + 30
     while True:
         try:
-            for future in admin.create_topics([NewTopic(topic, PARTITIONS + 1, 1)]).values():
+            for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
                 future.result()
-            break
+            return
         except KafkaException:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def fill(bootstrap: str, topic: str, records: int) -> tuple[float, str, str]:
+    """Writes the records; returns seconds taken and the needle of a value and of a header."""
+    # One partition more than is written to: it stays empty.
+    create_topic(bootstrap, topic, PARTITIONS + 1)
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 512_000, "log_level": 0}
     )
@@ -148,19 +156,53 @@ def run(bootstrap: str, records: int) -> dict[str, Any]:
     return out
 
 
+def admin_pages(bootstrap: str, partitions: int) -> dict[str, Any]:
+    """Best of 5 of each admin page, with a topic of ``partitions`` partitions there."""
+    topic = f"console-wide-{uuid.uuid4().hex[:6]}"
+    started = time.perf_counter()
+    create_topic(bootstrap, topic, partitions)
+    print(
+        f"created {topic} with {partitions:,} partitions in {time.perf_counter() - started:.1f} s"
+    )
+    out: dict[str, Any] = {"wide_partitions": partitions}
+    with TestClient(create_app(ConsoleConfig(bootstrap))) as client:
+        for name, url in (
+            ("cluster", "/cluster"),
+            ("topic_wide", f"/topics/{topic}"),
+            ("transactions", "/transactions"),
+            ("acls", "/acls"),
+            ("users", "/users"),
+        ):
+            times = []
+            for _ in range(5):
+                seconds, _page = timed_get(client, url, {})
+                times.append(seconds)
+            best = min(times)
+            out[f"page_{name}_ms"] = round(best * 1000, 1)
+            print(f"page {url}: {best * 1000:.0f} ms (best of 5)")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap-server", help="an existing broker (default: start one)")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--data-root", help="where a started broker keeps its data")
+    parser.add_argument("--wide-partitions", type=int, default=1000)
+    parser.add_argument("--pages-only", action="store_true", help="skip the record searches")
     args = parser.parse_args()
+
+    def measure(bootstrap: str) -> dict[str, Any]:
+        found = {} if args.pages_only else run(bootstrap, args.records)
+        return {**found, **admin_pages(bootstrap, args.wide_partitions)}
+
     if args.bootstrap_server:
-        result = run(args.bootstrap_server, args.records)
+        result = measure(args.bootstrap_server)
     else:
         broker = StartedBroker("tidelog", data_root(args.data_root))
         try:
             broker.wait_ready()
-            result = run(broker.bootstrap, args.records)
+            result = measure(broker.bootstrap)
         finally:
             broker.stop(keep=False)
     print(json.dumps(result))
