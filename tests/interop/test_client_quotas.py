@@ -7,6 +7,7 @@ Quotas are metadata only in this step: nothing is throttled yet.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +169,28 @@ def test_tidelog_configs_quotas(
     assert status == 1 and "Invalid configuration key producer_byte_rate" in err
     ips = _described(java, [{"type": "ip", "match": "exact", "name": "10.9.9.9"}])
     assert ips == [{"entity": {"ip": "10.9.9.9"}, "values": {"connection_creation_rate": 3.0}}]
+
+
+def test_quotas_need_cluster_configs_permissions(tmp_path: Path, java_client: JavaClient) -> None:
+    """With an authorizer and no ACL for the client, DescribeClientQuotas (DescribeConfigs
+    on the cluster) and AlterClientQuotas (AlterConfigs on the cluster) are refused with
+    CLUSTER_AUTHORIZATION_FAILED."""
+    process = BrokerProcess(
+        tmp_path,
+        extra_args=[
+            "--override",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        ],
+    )
+    process.start()
+    try:
+        java = java_client.bound(process.bootstrap)
+        altered = java.one(
+            "quotas",
+            {"alter": [{"entity": {"user": "mallory"}, "ops": {"producer_byte_rate": 1e9}}]},
+        )["altered"]
+        assert altered[0].startswith("ClusterAuthorizationException")
+        denied = _described(java, [])
+        assert denied["error"] == "ClusterAuthorizationException"
+    finally:
+        process.stop()
