@@ -410,3 +410,37 @@ def test_read_only_console_has_no_forms_and_refuses_changes(broker: BrokerProces
         )
         assert refused.status_code == 400
         assert "read-only" in text_of(refused.text)
+
+
+def test_pages_of_apis_another_kafka_implementation_does_not_serve_say_so(
+    tmp_path: Path,
+) -> None:
+    """Tansu (another Kafka-compatible broker, from the interop kit) serves neither
+    DescribeQuorum nor the transaction APIs: those sections say so, the pages still render."""
+    tansu = BrokerProcess(tmp_path, kind="tansu")
+    tansu.start()
+    try:
+        with Admin({"bootstrap.servers": tansu.bootstrap}) as other:
+            other.create_topics([NewTopic("elsewhere", 2, 1)])
+            (node,) = other.describe_cluster().brokers
+        with TestClient(create_app(ConsoleConfig(tansu.bootstrap))) as client:
+            cluster = client.get("/cluster")
+            assert cluster.status_code == 200
+            assert 'id="no-quorum"' in cluster.text
+            assert row_cells(cluster.text, "brokers", broker=node.node_id)[3] == "active"
+
+            topic = client.get("/topics/elsewhere").text
+            for n in (0, 1):
+                # Tansu lists every partition as a reassignment with nothing to add or
+                # remove: none is under way.
+                assert row_cells(topic, "partitions", partition=n)[5] == "-"
+
+            listing = client.get("/transactions")
+            assert listing.status_code == 200
+            assert 'id="transactions-unavailable" data-error="UNSUPPORTED_VERSION"' in listing.text
+            assert "does not serve ListTransactions" in text_of(listing.text)
+            producers = client.get("/producers", params={"topic": "elsewhere", "partition": "1"})
+            assert producers.status_code == 200
+            assert 'id="producers-unavailable" data-error="UNSUPPORTED_VERSION"' in producers.text
+    finally:
+        tansu.stop()

@@ -287,7 +287,13 @@ async def topic_detail(admin: AIOAdmin, name: str) -> TopicDetail:
     min_isr = _min_insync_replicas(configs)
     # One request for every partition of the topic; the controller answers it.
     moving = await optional(admin.list_partition_reassignments(tps))
-    reassignments = {} if isinstance(moving, Unavailable) else moving
+    # Only a partition with replicas being added or removed is being reassigned (some
+    # brokers list every partition, with none of either).
+    reassignments = (
+        {}
+        if isinstance(moving, Unavailable)
+        else {tp: r for tp, r in moving.items() if r.adding_replicas or r.removing_replicas}
+    )
     rows = tuple(
         PartitionRow(
             info=p,
