@@ -171,6 +171,29 @@ def test_tidelog_configs_quotas(
     assert ips == [{"entity": {"ip": "10.9.9.9"}, "values": {"connection_creation_rate": 3.0}}]
 
 
+def test_tidelog_configs_describes_a_users_quotas_and_credentials(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bs = ("--bootstrap-server", broker.bootstrap)
+    user = ("--entity-type", "users", "--entity-name", "quota-only")
+    assert cli(capsys, "alter", *bs, *user, "--add-config", "consumer_byte_rate=100")[0] == 0
+    status, out, err = cli(capsys, "describe", *bs, *user)
+    assert (status, err) == (0, "")
+    assert out == "Quota configs for user-principal 'quota-only' are consumer_byte_rate=100.0\n"
+
+    both = ("--entity-type", "users", "--entity-name", "quota-and-scram")
+    assert cli(capsys, "alter", *bs, *both, "--add-config", "producer_byte_rate=300")[0] == 0
+    scram = "SCRAM-SHA-256=[iterations=4096,password=secret]"
+    assert cli(capsys, "alter", *bs, *both, "--add-config", scram)[0] == 0
+    status, out, _ = cli(capsys, "describe", *bs, *both)
+    assert status == 0
+    assert out.splitlines() == [
+        "Quota configs for user-principal 'quota-and-scram' are producer_byte_rate=300.0",
+        "SCRAM credential configs for user-principal 'quota-and-scram' are "
+        "SCRAM-SHA-256=iterations=4096",
+    ]
+
+
 def test_quotas_need_cluster_configs_permissions(tmp_path: Path, java_client: JavaClient) -> None:
     """With an authorizer and no ACL for the client, DescribeClientQuotas (DescribeConfigs
     on the cluster) and AlterClientQuotas (AlterConfigs on the cluster) are refused with

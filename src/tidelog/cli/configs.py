@@ -127,6 +127,7 @@ def _alter_quotas(args: argparse.Namespace) -> int:
 
 
 def _describe_quotas(args: argparse.Namespace) -> int:
+    """Print each matching entity's quotas; how many there were."""
     components = [
         (kind, _ANY if name == "" else _DEFAULT if name is None else _EXACT, name or None)
         for kind, name in _quota_entity(args, describe=True)
@@ -136,17 +137,17 @@ def _describe_quotas(args: argparse.Namespace) -> int:
     for entity, values in found:
         shown = ", ".join(f"{key}={value}" for key, value in sorted(values.items()))
         print(f"Quota configs for {_entity_label(entity)} are {shown}")
-    return 0
+    return len(found)
 
 
 def _describe(args: argparse.Namespace) -> int:
     if _is_quota(args, []):
-        return _describe_quotas(args)
+        _describe_quotas(args)
+        return 0
     _single_entity(args)
     if args.entity_type == "users":
         # A user has quotas and SCRAM credentials, as kafka-configs shows them both.
-        _describe_quotas(args)
-        return _describe_user(args)
+        return _describe_user(args, with_quotas=_describe_quotas(args) > 0)
     resource = _resource(args)
     with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
         entries = admin.describe_configs([resource])[resource]
@@ -235,9 +236,13 @@ def _alter_user(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_user(args: argparse.Namespace) -> int:
+def _describe_user(args: argparse.Namespace, *, with_quotas: bool) -> int:
+    """The user's SCRAM credentials; a user with quotas and no credentials is not an error
+    (asking for every user's avoids the broker's RESOURCE_NOT_FOUND for that case)."""
     with Admin({"bootstrap.servers": args.bootstrap_server}) as admin:
-        found = admin.describe_user_scram_credentials([args.entity_name])
+        found = admin.describe_user_scram_credentials(None if with_quotas else [args.entity_name])
+    if args.entity_name not in found:
+        return 0
     credentials = ",".join(
         f"{mechanism}=iterations={iterations}" for mechanism, iterations in found[args.entity_name]
     )
