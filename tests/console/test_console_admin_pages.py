@@ -22,7 +22,7 @@ from interop_broker import BrokerProcess
 from interop_data import wait_until
 from starlette.testclient import TestClient
 
-from tidelog.client import Admin, NewTopic, Producer
+from tidelog.client import Admin, NewTopic, Producer, TopicPartition
 from tidelog.console.app import ConsoleConfig, create_app
 from tidelog.protocol.acls import AclBindingFilter
 
@@ -136,6 +136,30 @@ def test_cluster_page_shows_the_quorum_and_a_fenced_broker(tmp_path: Path) -> No
                 cells = row_cells(topic_page, "partitions", partition=n)
                 assert cells[1:5] == [str(victim), str(victim), str(victim), "-"]
                 assert cells[-1] == "in sync"
+
+            # A partition moved from the quorum leader to the third node: the move stays
+            # under way (the new replica does not catch up yet), shown as such, not as
+            # under-replicated.
+            third = next(n for n in nodes.nodes if n not in (quorum.leader_id, victim))
+            moved = next(
+                p.partition for p in spread.partitions if p.replicas == (quorum.leader_id,)
+            )
+            with Admin({"bootstrap.servers": bootstrap}) as admin:
+                admin.alter_partition_reassignments({TopicPartition("spread", moved): [third]})
+
+            def moving() -> list[str] | None:
+                page = console.get("/topics/spread").text
+                cells = row_cells(page, "partitions", partition=moved)
+                return cells if cells[5] != "-" else None
+
+            cells = wait_until(moving, "the topic page to show the reassignment")
+            assert cells[2] == f"{third}, {quorum.leader_id}"  # target, then the one leaving
+            assert cells[5] == (f"moving to {third}, adding {third}, removing {quorum.leader_id}")
+            assert cells[-1] == "in sync"
+            overview = console.get("/").text
+            assert element_text(overview, "under-replicated") == "0"
+            listed = row_cells(console.get("/topics").text, "topics", topic="spread")
+            assert (listed[1], listed[4]) == ("6", "healthy")
 
             # A broker that stops heartbeating is fenced by the controller.
             nodes.nodes[victim].kill()

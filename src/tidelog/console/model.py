@@ -107,8 +107,33 @@ def is_offline(p: PartitionInfo, live: Iterable[int]) -> bool:
     return p.leader < 0 or p.leader not in set(live)
 
 
-def is_under_replicated(p: PartitionInfo) -> bool:
-    return len(p.isr) < len(p.replicas)
+def is_under_replicated(p: PartitionInfo, moving: PartitionReassignment | None = None) -> bool:
+    """Fewer in-sync replicas than the partition should have; while it is being reassigned,
+    the replicas being added do not count yet (as kafka-topics counts them)."""
+    return len(p.isr) < len(p.replicas) - (len(moving.adding_replicas) if moving else 0)
+
+
+async def reassignments_of(
+    admin: AIOAdmin, partitions: list[TopicPartition] | None = None
+) -> dict[TopicPartition, PartitionReassignment] | Unavailable:
+    """The reassignments under way, of ``partitions`` or of every partition, in one request
+    to the controller. Only a partition with replicas being added or removed is being
+    reassigned (some brokers list every partition, with none of either)."""
+    moving = await optional(admin.list_partition_reassignments(partitions))
+    if isinstance(moving, Unavailable):
+        return moving
+    return {tp: r for tp, r in moving.items() if r.adding_replicas or r.removing_replicas}
+
+
+def _under_replicated(
+    p: PartitionInfo, moving: dict[TopicPartition, PartitionReassignment] | Unavailable
+) -> bool:
+    found = (
+        None
+        if isinstance(moving, Unavailable)
+        else moving.get(TopicPartition(p.topic, p.partition))
+    )
+    return is_under_replicated(p, found)
 
 
 async def partition_sizes(admin: AIOAdmin, brokers: Iterable[int]) -> dict[int, BrokerDisk]:
@@ -151,6 +176,7 @@ async def overview(admin: AIOAdmin) -> Overview:
     topics = await admin.describe_topics(None)
     live = [b.node_id for b in cluster.brokers]
     partitions = [p for t in topics.values() for p in t.partitions]
+    moving = await reassignments_of(admin)
     return Overview(
         cluster_id=cluster.cluster_id,
         controller_id=cluster.controller_id,
@@ -158,7 +184,7 @@ async def overview(admin: AIOAdmin) -> Overview:
         topics=len(topics),
         partitions=len(partitions),
         offline=tuple(p for p in partitions if is_offline(p, live)),
-        under_replicated=tuple(p for p in partitions if is_under_replicated(p)),
+        under_replicated=tuple(p for p in partitions if _under_replicated(p, moving)),
         disks=await partition_sizes(admin, live),
     )
 
@@ -193,6 +219,7 @@ async def topic_rows(
         if (include_internal or not t.is_internal) and filter_text.lower() in t.name.lower()
     ]
     sizes = await replica_sizes(admin, live)
+    moving = await reassignments_of(admin)
     return [
         TopicRow(
             name=t.name,
@@ -201,7 +228,7 @@ async def topic_rows(
             replication_factor=max((len(p.replicas) for p in t.partitions), default=0),
             size=sum(_leader_size(p, sizes) for p in t.partitions),
             offline=sum(is_offline(p, live) for p in t.partitions),
-            under_replicated=sum(is_under_replicated(p) for p in t.partitions),
+            under_replicated=sum(_under_replicated(p, moving) for p in t.partitions),
         )
         for t in sorted(wanted, key=lambda t: t.name)
     ]
@@ -286,14 +313,8 @@ async def topic_detail(admin: AIOAdmin, name: str) -> TopicDetail:
     configs = (await admin.describe_configs([resource]))[resource]
     min_isr = _min_insync_replicas(configs)
     # One request for every partition of the topic; the controller answers it.
-    moving = await optional(admin.list_partition_reassignments(tps))
-    # Only a partition with replicas being added or removed is being reassigned (some
-    # brokers list every partition, with none of either).
-    reassignments = (
-        {}
-        if isinstance(moving, Unavailable)
-        else {tp: r for tp, r in moving.items() if r.adding_replicas or r.removing_replicas}
-    )
+    moving = await reassignments_of(admin, tps)
+    reassignments = {} if isinstance(moving, Unavailable) else moving
     rows = tuple(
         PartitionRow(
             info=p,
@@ -301,7 +322,7 @@ async def topic_detail(admin: AIOAdmin, name: str) -> TopicDetail:
             end=ends.get(tp, -1),
             size=_leader_size(p, sizes),
             offline=is_offline(p, live),
-            under_replicated=is_under_replicated(p),
+            under_replicated=is_under_replicated(p, reassignments.get(tp)),
             under_min_isr=is_under_min_isr(p, min_isr),
             reassignment=reassignments.get(tp),
         )
