@@ -471,11 +471,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
     async def groups(request: Request) -> Response:
         admin = clients(request).admin
         listed = await admin.list_groups()
-        rows = []
-        for g in listed:
-            detail = await model.group_detail(admin, g.group_id)
-            if detail is not None:
-                rows.append(detail)
+        rows = await model.group_details(admin, [g.group_id for g in listed])
         return page(request, "groups.html", rows=rows)
 
     async def group(request: Request) -> Response:

@@ -381,39 +381,57 @@ class GroupDetail:
         return sum(lags) if lags else None
 
 
-async def describe_group(admin: AIOAdmin, group: str) -> GroupDescription | None:
-    """The group, or None when it does not exist (Dead, or GROUP_ID_NOT_FOUND)."""
+async def describe_groups(admin: AIOAdmin, groups: list[str]) -> list[GroupDescription]:
+    """The groups that exist, in the order asked (Dead, or GROUP_ID_NOT_FOUND: left out);
+    any other failure is raised."""
     try:
-        description = (await admin.describe_groups([group]))[group]
+        found = await admin.describe_groups(groups)
     except PartialFailureError as exc:
-        error = exc.errors.get(group)
-        if error is not None and error.code is ErrorCode.GROUP_ID_NOT_FOUND:
-            return None
-        raise
-    return None if description.state == "Dead" else description
+        if any(e.code is not ErrorCode.GROUP_ID_NOT_FOUND for e in exc.errors.values()):
+            raise
+        # Only missing groups failed: ask again for the others alone.
+        rest = [g for g in groups if g not in exc.errors]
+        found = await admin.describe_groups(rest) if rest else {}
+    return [found[g] for g in groups if g in found and found[g].state != "Dead"]
+
+
+async def group_details(admin: AIOAdmin, groups: list[str]) -> list[GroupDetail]:
+    """The groups that exist with their committed offsets, owners and lag. The end
+    offsets of all their partitions are read together (two requests per leader), not
+    group by group."""
+    descriptions = await describe_groups(admin, groups)
+    committed = {
+        d.group_id: await admin.list_consumer_group_offsets(d.group_id) for d in descriptions
+    }
+    partitions = {
+        d.group_id: sorted(
+            {tp for m in d.members for tp in m.assignment} | set(committed[d.group_id])
+        )
+        for d in descriptions
+    }
+    _, ends = await offsets_of(admin, {tp for tps in partitions.values() for tp in tps})
+    details = []
+    for description in descriptions:
+        rows = []
+        for tp in partitions[description.group_id]:
+            current = committed[description.group_id].get(tp)
+            owner = description.owner(tp)
+            rows.append(
+                GroupOffsetRow(
+                    tp=tp,
+                    committed=None if current is None else current.offset,
+                    end=ends.get(tp),
+                    owner=None if owner is None else owner.member_id,
+                )
+            )
+        details.append(GroupDetail(description, tuple(rows)))
+    return details
 
 
 async def group_detail(admin: AIOAdmin, group: str) -> GroupDetail | None:
-    description = await describe_group(admin, group)
-    if description is None:
-        return None
-    committed = await admin.list_consumer_group_offsets(group)
-    owned = {tp for m in description.members for tp in m.assignment}
-    partitions = sorted(owned | set(committed))
-    _, ends = await offsets_of(admin, partitions)
-    rows = []
-    for tp in partitions:
-        current = committed.get(tp)
-        owner = description.owner(tp)
-        rows.append(
-            GroupOffsetRow(
-                tp=tp,
-                committed=None if current is None else current.offset,
-                end=ends.get(tp),
-                owner=None if owner is None else owner.member_id,
-            )
-        )
-    return GroupDetail(description, tuple(rows))
+    """The group, or None when it does not exist."""
+    found = await group_details(admin, [group])
+    return found[0] if found else None
 
 
 async def plan_group_reset(
