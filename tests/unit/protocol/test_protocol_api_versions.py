@@ -33,11 +33,12 @@ FIRST_RELEASE_APIS = {
     ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS,
     ApiKey.OFFSET_DELETE,
 }  # fmt: skip
-# Authentication (KIP-43, KIP-152), SCRAM credentials (KIP-554) and ACLs (KIP-140).
+# Authentication (KIP-43, KIP-152), SCRAM credentials (KIP-554), ACLs (KIP-140) and client
+# quotas (KIP-546).
 SECURITY_APIS = {
     ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ApiKey.DESCRIBE_ACLS, ApiKey.CREATE_ACLS,
-    ApiKey.DELETE_ACLS,
+    ApiKey.DELETE_ACLS, ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS,
 }  # fmt: skip
 # Transactions (KIP-98, KIP-664) with the transaction coordinator and the partition leaders.
 TRANSACTION_APIS = {
