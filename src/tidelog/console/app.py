@@ -587,8 +587,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return page(
             request,
             "acls.html",
-            found=found,
-            unavailable=found if isinstance(found, model.Unavailable) else None,
+            **_listing(found),
             filters={
                 "principal": principal,
                 "resource_type": resource_type,
@@ -629,8 +628,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return page(
             request,
             "users.html",
-            found=found,
-            unavailable=found if isinstance(found, model.Unavailable) else None,
+            **_listing(found),
             mechanisms=SCRAM_MECHANISMS,
             default_iterations=SCRAM_ITERATIONS,
         )
@@ -638,10 +636,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
     async def user_upsert(request: Request) -> Response:
         writable()
         values = await _form(request)
-        user = forms.text(values, "user")
-        if not user:
-            raise InputError("user: required")
-        mechanism = forms.choice(values, "mechanism", SCRAM_MECHANISMS)
+        user, mechanism = _credential(values)
         iterations = forms.integer(
             values,
             "iterations",
@@ -660,11 +655,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     async def user_delete(request: Request) -> Response:
         writable()
-        values = await _form(request)
-        user = forms.text(values, "user")
-        if not user:
-            raise InputError("user: required")
-        mechanism = forms.choice(values, "mechanism", SCRAM_MECHANISMS)
+        user, mechanism = _credential(await _form(request))
         await clients(request).admin.alter_user_scram_credentials(deletions=[(user, mechanism)])
         return RedirectResponse("/users", status_code=303)
 
@@ -676,8 +667,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return page(
             request,
             "transactions.html",
-            found=found,
-            unavailable=found if isinstance(found, model.Unavailable) else None,
+            **_listing(found),
             state=state,
             states=TRANSACTION_STATES,
         )
@@ -771,6 +761,22 @@ def create_app(config: ConsoleConfig) -> Starlette:
     )
     app.add_middleware(GuardMiddleware, config=config)
     return app
+
+
+def _listing(found: object) -> dict[str, Any]:
+    """A list page's context: what was found, or why nothing could be (shown in its place)."""
+    return {
+        "found": found,
+        "unavailable": found if isinstance(found, model.Unavailable) else None,
+    }
+
+
+def _credential(values: dict[str, str]) -> tuple[str, str]:
+    """The user and SCRAM mechanism a credential form names."""
+    user = forms.text(values, "user")
+    if not user:
+        raise InputError("user: required")
+    return user, forms.choice(values, "mechanism", SCRAM_MECHANISMS)
 
 
 async def _form(request: Request) -> dict[str, str]:
