@@ -14,13 +14,14 @@
 
 Which listeners the broker-wide limits spare. Kafka protects the inter-broker listener
 (``inter.broker.listener.name``, else the listener named after
-``security.inter.broker.protocol``) when there is more than one listener: replication must
-go on when clients have used up ``max.connections``. Its connections still count in the
-total; the broker-wide limit and rate just do not hold it back. (Kafka also closes the
-least recently used client connection to make room then; Tidelog does not: a client
-connection is never closed for another's sake.) Controller listeners are Kafka's
-controller's own socket server, with its own counts: here they have their per-listener and
-per-address limits but are neither held back by nor counted in the broker-wide total.
+``security.inter.broker.protocol``) when there is another broker (non-controller)
+listener: replication must go on when clients have used up ``max.connections``. Its
+connections still count in the total; the broker-wide limit and rate just do not hold it
+back. (Kafka also closes the least recently used client connection to make room then;
+Tidelog does not: a client connection is never closed for another's sake.) Controller
+listeners are Kafka's controller's own socket server, with its own counts: here they have
+their per-listener and per-address limits but are neither held back by nor counted in the
+broker-wide total.
 
 The limiter is pure logic: the clock is passed in (``now``, in seconds), and the accept
 loop (:mod:`tidelog.broker.server`) does the waiting.
@@ -116,8 +117,12 @@ class ConnectionLimits:
             or "PLAINTEXT"
         ).upper()
         controllers = frozenset(config.controller_listener_names)
-        # Kafka protects it only when there is another listener to protect it from.
-        protected = inter_broker if inter_broker in names and len(names) > 1 else None
+        # Kafka protects it only when its broker has another listener to protect it from
+        # (a controller listener belongs to the controller's own socket server).
+        broker_listeners = [name for name in names if name not in controllers]
+        protected = (
+            inter_broker if inter_broker in broker_listeners and len(broker_listeners) > 1 else None
+        )
         return cls(
             max_connections=max_connections,
             listener_max_connections=per_listener("max.connections", max_connections),

@@ -152,6 +152,21 @@ def test_a_lone_listener_is_not_spared() -> None:
     assert limiter.wait_time("PLAINTEXT", 0.0) is None
 
 
+def test_a_controller_listener_does_not_make_the_broker_listener_spared() -> None:
+    limits = limits_of(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "max.connections": "1",
+        }
+    )
+    assert limits.protected_listener is None
+    limiter = ConnectionLimiter(limits)
+    assert limiter.admit("PLAINTEXT", "10.0.0.1", 0.0)
+    assert limiter.wait_time("PLAINTEXT", 0.0) is None
+
+
 def test_controller_listener_is_outside_the_broker_wide_total() -> None:
     limits = limits_of(
         {
