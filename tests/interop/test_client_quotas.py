@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interop_broker import BrokerProcess
+from interop_broker import BrokerProcess, send_request
 from java_harness import JavaClient
 
 from tidelog.cli.main import main
+from tidelog.client.messages import build
+from tidelog.protocol import ApiKey, request_class
 
 
 def _described(java: JavaClient, components: list[dict[str, Any]], strict: bool = False) -> Any:
@@ -217,3 +219,38 @@ def test_quotas_need_cluster_configs_permissions(tmp_path: Path, java_client: Ja
         assert denied["error"] == "ClusterAuthorizationException"
     finally:
         process.stop()
+
+
+def test_version_0_of_both_apis(broker: BrokerProcess) -> None:
+    """v0 (not flexible) as older clients send it; the Java client above sends v1."""
+    entity = [{"entity_type": "client-id", "entity_name": "v0-app"}]
+    alter = build(
+        request_class(ApiKey.ALTER_CLIENT_QUOTAS, 0),
+        {
+            "entries": [
+                {
+                    "entity": entity,
+                    "ops": [{"key": "consumer_byte_rate", "value": 512.0, "remove": False}],
+                }
+            ],
+            "validate_only": False,
+        },
+    )
+    altered = send_request("127.0.0.1", broker.port, alter, timeout=30.0)
+    assert [int(e.error_code) for e in altered.entries] == [0]
+    describe = build(
+        request_class(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0),
+        {
+            "components": [{"entity_type": "client-id", "match_type": 0, "match": "v0-app"}],
+            "strict": True,
+        },
+    )
+    described = send_request("127.0.0.1", broker.port, describe, timeout=30.0)
+    assert int(described.error_code) == 0
+    assert [
+        (
+            [(e.entity_type, e.entity_name) for e in entry.entity],
+            [(v.key, v.value) for v in entry.values],
+        )
+        for entry in described.entries
+    ] == [([("client-id", "v0-app")], [("consumer_byte_rate", 512.0)])]
