@@ -882,6 +882,61 @@ def test_a_forwarded_request_carries_only_what_the_client_may_do(start_admin_bro
     assert forwarded == [acls]
 
 
+def test_client_quotas_need_the_cluster_configs_permissions_also_when_forwarded(
+    start_admin_broker: Any,
+) -> None:
+    """DescribeClientQuotas needs DescribeConfigs on the cluster, AlterClientQuotas
+    AlterConfigs; a node that forwards AlterClientQuotas checks the client before it goes
+    to the controller (which would see the node's principal)."""
+    from tidelog.broker.authorization import answer_forwarded
+
+    broker = start_admin_broker(AUTHZ)
+    quotas = schema("alter_client_quotas", 1)
+    change = quotas.AlterClientQuotasRequest(
+        entries=(
+            quotas.EntryData(
+                entity=(quotas.EntityData(entity_type="user", entity_name="alice"),),
+                ops=(quotas.OpData(key="producer_byte_rate", value=1e9, remove=False),),
+            ),
+        ),
+        validate_only=False,
+    )
+    forwarded: list[Any] = []
+
+    async def to_controller(ctx: Any, request: Any) -> Any:
+        forwarded.append(request)
+        node = context(broker, ApiKey.ALTER_CLIENT_QUOTAS, 1, principal=ADMIN)
+        return await HANDLERS[ApiKey.ALTER_CLIENT_QUOTAS](node, request)
+
+    def forward(principal: KafkaPrincipal) -> Any:
+        ctx = context(broker, ApiKey.ALTER_CLIENT_QUOTAS, 1, principal=principal)
+        local = HANDLERS[ApiKey.ALTER_CLIENT_QUOTAS]
+        return asyncio.run(
+            answer_forwarded(ctx, ApiKey.ALTER_CLIENT_QUOTAS, change, local, to_controller)
+        )
+
+    describe = schema("describe_client_quotas", 1)
+    everything = describe.DescribeClientQuotasRequest(components=(), strict=False)
+    denied = send(broker, ALICE, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, everything)
+    assert denied.error_code == E.CLUSTER_AUTHORIZATION_FAILED and denied.entries is None
+    [refused] = forward(ALICE).entries
+    assert refused.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    assert forwarded == [] and not broker.image.client_quotas
+
+    # DescribeConfigs alone lets alice read quotas, not change them.
+    grant(broker, acl(CLUSTER, "kafka-cluster", Op.DESCRIBE_CONFIGS))
+    assert send(broker, ALICE, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, everything).entries == ()
+    [refused] = forward(ALICE).entries
+    assert refused.error_code == E.CLUSTER_AUTHORIZATION_FAILED and forwarded == []
+
+    grant(broker, acl(CLUSTER, "kafka-cluster", Op.ALTER_CONFIGS))
+    [done] = forward(ALICE).entries
+    assert done.error_code == E.NONE and forwarded == [change]
+    [entry] = send(broker, ALICE, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, everything).entries
+    assert [(e.entity_type, e.entity_name) for e in entry.entity] == [("user", "alice")]
+    assert [(v.key, v.value) for v in entry.values] == [("producer_byte_rate", 1e9)]
+
+
 def test_leadership_and_reassignment_apis_need_the_cluster(start_admin_broker: Any) -> None:
     broker = start_admin_broker(AUTHZ)
     topics(broker, "orders")
