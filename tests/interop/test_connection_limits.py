@@ -249,3 +249,26 @@ def test_bad_limit_is_refused_in_one_line(tmp_path: Path, override: str, key: st
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert key in lines[0]
+
+
+def test_a_client_stalled_halfway_through_a_request_is_closed_when_idle(tmp_path: Path) -> None:
+    metrics = Metrics(tmp_path)
+    metrics.broker.extra_args += ["--override", "connections.max.idle.ms=1000"]
+    broker = metrics.broker
+    broker.start()
+    try:
+        _wait_for_connections(metrics, 0)
+        with _connect(broker) as stalled, _connect(broker) as quiet:
+            # A size prefix of 100 bytes, then 10 of them, then nothing.
+            stalled.sendall(struct.pack(">i", 100) + b"\0" * 10)
+            assert _api_versions_answered(quiet, 1)
+            # Both are closed by the broker once idle (recv returns at the close).
+            assert _read_response(stalled) is None
+            assert _read_response(quiet) is None
+        _wait_for_connections(metrics, 0)
+        assert "idle for connections.max.idle.ms" in broker.log_path.read_text()
+        # A new client is served as before.
+        with _connect(broker) as fresh:
+            assert _api_versions_answered(fresh, 2)
+    finally:
+        broker.stop()

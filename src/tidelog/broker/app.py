@@ -347,6 +347,7 @@ class BrokerApp:
                 listener=listener.name,
                 security=self.listener_security.get(listener.name),
                 limiter=self.connection_limiter,
+                max_idle_ms=config.get_int("connections.max.idle.ms"),
             )
             self.binding = listener
             await server.start()

@@ -27,6 +27,11 @@ exchange comes as raw size-prefixed tokens, answered the same way.
 
 A request that cannot be parsed closes this connection only, after one log line; the
 ApiVersions request of a version we do not know gets Kafka's v0 fallback answer instead.
+
+A connection with nothing read for ``connections.max.idle.ms`` and no request waiting for
+its answer is closed (Kafka's idle expiry; negative: never): a client that sends part of a
+request and stalls, or stalls in the TLS handshake, does not hold its slot under the
+connection limits for ever. One timer per connection, moved on only when it fires.
 """
 
 from __future__ import annotations
@@ -150,7 +155,9 @@ class Connection:
         max_in_flight: int,
         listener: str = "PLAINTEXT",
         security: ListenerSecurity | None = None,
+        max_idle_ms: int | None = None,
     ) -> None:
+        """``max_idle_ms``: ``connections.max.idle.ms`` (None or negative: never idle)."""
         self._sock = sock
         #: The listener this connection was accepted on: Metadata, FindCoordinator and
         #: Fetch answer with the addresses of that listener, as Kafka does.
@@ -183,6 +190,10 @@ class Connection:
         self._reading: asyncio.Task[None] | None = None
         self._closing = False
         self._peer_closed = False
+        #: When bytes last came in or went out (``time.monotonic``), for the idle expiry.
+        self._active = time.monotonic()
+        self._idle_s = max_idle_ms / 1000 if max_idle_ms is not None and max_idle_ms >= 0 else None
+        self._idle_timer: asyncio.TimerHandle | None = None
         try:
             host, port = sock.getpeername()[:2]
             self.peer = f"{host}:{port}"
@@ -245,6 +256,32 @@ class Connection:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def run(self) -> None:
+        if self._idle_s is not None:
+            self._idle_timer = self._loop.call_later(self._idle_s, self._expire_if_idle)
+        try:
+            await self._serve()
+        finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+
+    def _expire_if_idle(self) -> None:
+        assert self._idle_s is not None
+        idle_for = time.monotonic() - self._active
+        if idle_for >= self._idle_s and self._unanswered == 0:
+            _log.info(
+                "closing connection from %s: idle for connections.max.idle.ms (%d ms)",
+                self.peer,
+                int(self._idle_s * 1000),
+            )
+            self.abort()
+            return
+        # Busy meanwhile, or a request is in progress: look again one idle period after
+        # the last activity (or later, while the request is unanswered).
+        self._idle_timer = self._loop.call_later(
+            max(self._idle_s - idle_for, 0.0) or self._idle_s, self._expire_if_idle
+        )
+
+    async def _serve(self) -> None:
         if self._security is not None and self._security.uses_tls:
             try:
                 if not await self._start_tls():
@@ -317,6 +354,7 @@ class Connection:
                     self._peer_closed = True
                     return
                 self._received = time.perf_counter()
+                self._active = time.monotonic()
                 for frame in self._decoder.feed(view[:n]):
                     await self._handle_frame(frame)
                     if self._closing:
@@ -455,6 +493,7 @@ class Connection:
             if header is None:
                 continue
             sent = time.perf_counter()
+            self._active = time.monotonic()
             self._answered()
             if metrics is not None:
                 metrics.request_done(

@@ -50,6 +50,7 @@ class BrokerServer:
         listener: str = "PLAINTEXT",
         security: ListenerSecurity | None = None,
         limiter: ConnectionLimiter | None = None,
+        max_idle_ms: int | None = None,
     ) -> None:
         self.listener = listener
         #: The broker's connection counts and limits, shared by its listeners.
@@ -64,6 +65,7 @@ class BrokerServer:
         self._max_frame_size = max_frame_size
         self._max_in_flight = max_in_flight
         self._grace = shutdown_grace_s
+        self._max_idle_ms = max_idle_ms
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
@@ -130,6 +132,7 @@ class BrokerServer:
                 max_in_flight=self._max_in_flight,
                 listener=self.listener,
                 security=self.security,
+                max_idle_ms=self._max_idle_ms,
             )
             task = asyncio.create_task(connection.run(), name=f"connection {connection.peer}")
             self._connections[connection] = task

@@ -1328,6 +1328,8 @@ _SECURITY_DOCS = {
     "max.connection.creation.rate": "New connections accepted per second, broker-wide (also "
     "per listener as listener.name.<listener>.max.connection.creation.rate); over it a "
     "listener waits before its next accept.",
+    "connections.max.idle.ms": "A connection with nothing read for this long and no request "
+    "waiting for its answer is closed (negative: never).",
 }
 
 
