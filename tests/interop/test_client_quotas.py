@@ -254,3 +254,20 @@ def test_version_0_of_both_apis(broker: BrokerProcess) -> None:
         )
         for entry in described.entries
     ] == [([("client-id", "v0-app")], [("consumer_byte_rate", 512.0)])]
+
+
+def test_tidelog_configs_takes_kafka_configs_action_flags(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`configs --alter|--describe ...` as kafka-configs is called, besides `configs alter`."""
+    bs = ("--bootstrap-server", broker.bootstrap)
+    entity = ("--entity-type", "clients", "--entity-name", "flag-app")
+    status, out, _ = cli(capsys, *bs, "--alter", *entity, "--add-config", "request_percentage=25")
+    assert (status, out) == (0, "Completed updating config for client-id 'flag-app'.\n")
+    status, out, _ = cli(capsys, "--describe", *bs, *entity)
+    assert (status, out) == (
+        0,
+        "Quota configs for client-id 'flag-app' are request_percentage=25.0\n",
+    )
+    status, _, err = cli(capsys, *bs, *entity)
+    assert status == 2 and "give --alter or --describe" in err

@@ -34,32 +34,51 @@ _DEFAULT_ITERATIONS = 4096
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "configs",
-        help="describe and alter topic and broker configs",
-        description="Describe and alter topic and broker configs.",
+        help="describe and alter topic, broker, user, client and ip configs",
+        description="Describe and alter topic, broker, user, client and ip configs: "
+        "`configs alter ...` or, as kafka-configs takes it, `configs --alter ...`.",
     )
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    # kafka-configs' own form: the action as --alter or --describe, options alongside.
+    flags = parser.add_mutually_exclusive_group()
+    flags.add_argument("--alter", action="store_true", help="change configs")
+    flags.add_argument("--describe", action="store_true", help="show configs")
+    _add_options(parser, "both", entity_required=False)
+    parser.set_defaults(run=guarded("configs", _by_flag))
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
     for action, helptext in (("describe", "show configs"), ("alter", "change configs")):
-        sub = actions.add_parser(action, help=helptext)
-        add_bootstrap(sub)
-        sub.add_argument(
-            "--entity-type", dest="entity_types", action="append", required=True,
-            choices=sorted(_TYPES), help="repeat for a user and client-id quota entity",
-        )  # fmt: skip
-        sub.add_argument(
-            "--entity-name", dest="entity_names", action="append",
-            help="topic name, broker id, user, client id or ip (for the type before it)",
-        )  # fmt: skip
-        sub.add_argument(
-            "--entity-default", dest="entity_names", action="append_const", const=None,
-            help="the default user, client id or ip (quotas)",
-        )  # fmt: skip
-        if action == "describe":
-            sub.add_argument("--all", action="store_true", help="include defaults")
-            sub.set_defaults(run=guarded("configs describe", _describe))
-        else:
-            sub.add_argument("--add-config", action="append", default=[], metavar="K=V,...")
-            sub.add_argument("--delete-config", action="append", default=[], metavar="K,...")
-            sub.set_defaults(run=guarded("configs alter", _alter))
+        _add_options(actions.add_parser(action, help=helptext), action, entity_required=True)
+
+
+def _add_options(parser: argparse.ArgumentParser, action: str, *, entity_required: bool) -> None:
+    add_bootstrap(parser)
+    parser.add_argument(
+        "--entity-type", dest="entity_types", action="append", required=entity_required,
+        choices=sorted(_TYPES), help="repeat for a user and client-id quota entity",
+    )  # fmt: skip
+    parser.add_argument(
+        "--entity-name", dest="entity_names", action="append",
+        help="topic name, broker id, user, client id or ip (for the type before it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--entity-default", dest="entity_names", action="append_const", const=None,
+        help="the default user, client id or ip (quotas)",
+    )  # fmt: skip
+    if action in ("describe", "both"):
+        parser.add_argument("--all", action="store_true", help="include defaults")
+        parser.set_defaults(run=guarded("configs describe", _describe))
+    if action in ("alter", "both"):
+        parser.add_argument("--add-config", action="append", default=[], metavar="K=V,...")
+        parser.add_argument("--delete-config", action="append", default=[], metavar="K,...")
+        parser.set_defaults(run=guarded("configs alter", _alter))
+
+
+def _by_flag(args: argparse.Namespace) -> int:
+    """``configs --alter|--describe ...`` (no ACTION word)."""
+    if not (args.alter or args.describe):
+        raise UsageError("give --alter or --describe (or the action: configs alter|describe)")
+    if not args.entity_types:
+        raise UsageError("--entity-type is required")
+    return _alter(args) if args.alter else _describe(args)
 
 
 def _single_entity(args: argparse.Namespace) -> None:
