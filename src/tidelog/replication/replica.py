@@ -286,10 +286,21 @@ class Replica:
         return True
 
     def on_alter_partition_error(self, intent: AlterPartitionIntent, error: ErrorCode) -> None:
-        """The controller refused ``intent`` (a stale partition epoch, a replica it will not
-        add): when it is the change in flight, drop it; the next image or poll decides
-        again. An answer to an earlier intent changes nothing."""
-        if intent == self._inflight:
+        """The controller refused ``intent``.
+
+        Only INELIGIBLE_REPLICA (and OPERATION_NOT_ATTEMPTED) say for certain that the change
+        was not applied and the partition epoch is current: then it is dropped and the next
+        poll decides again. Any other error (a stale partition or leader epoch) may answer a
+        retry of a change the controller already applied, so the change stays pending, and
+        the high watermark keeps waiting for the larger ISR, until the next partition state
+        arrives (Kafka's rule; the simulation found a zombie leader committing without a
+        replica the controller had added at its own request). An answer to an earlier
+        intent changes nothing.
+        """
+        if intent == self._inflight and error in (
+            ErrorCode.INELIGIBLE_REPLICA,
+            ErrorCode.OPERATION_NOT_ATTEMPTED,
+        ):
             self._inflight = None
 
     def _apply_isr(

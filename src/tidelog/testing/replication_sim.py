@@ -432,10 +432,13 @@ class ReplicationSimulation:
             assert isinstance(reply, _AlterAnswer)
             if replica.alter_partition_in_flight != reply.intent:
                 return  # the answer to an earlier request, or to another incarnation
-            broker.alter_sent.pop(partition, None)
             if reply.error is ErrorCode.NONE:
+                broker.alter_sent.pop(partition, None)
                 self._apply_state(broker.broker_id, partition, reply.state)
             else:
+                # A change still pending after a refusal waits for the next partition state;
+                # the broker only asks again after the retry interval.
+                broker.alter_sent[partition] = (reply.intent, self.now)
                 replica.on_alter_partition_error(reply.intent, reply.error)
 
     def _controller_receive(self, message: Message) -> None:

@@ -207,10 +207,10 @@ def test_a_follower_that_reaches_the_high_watermark_is_proposed_into_the_isr() -
     assert effects.alter_partition == AlterPartitionIntent(1, 5, 10, (1, 2, 3))
     # A refusal of an earlier change is not about this one.
     stale = AlterPartitionIntent(1, 5, 9, (1, 2, 3))
-    replica.on_alter_partition_error(stale, ErrorCode.INVALID_UPDATE_VERSION)
+    replica.on_alter_partition_error(stale, ErrorCode.INELIGIBLE_REPLICA)
     assert replica.alter_partition_in_flight == effects.alter_partition
-    # A refused change is dropped, so the next poll proposes again.
-    replica.on_alter_partition_error(effects.alter_partition, ErrorCode.INVALID_UPDATE_VERSION)
+    # A change the controller says it did not apply is dropped; the next poll proposes again.
+    replica.on_alter_partition_error(effects.alter_partition, ErrorCode.INELIGIBLE_REPLICA)
     assert replica.poll(30).alter_partition == AlterPartitionIntent(1, 5, 10, (1, 2, 3))
 
 
@@ -437,3 +437,24 @@ def test_a_leader_alone_with_min_insync_replicas_one_commits_on_append() -> None
     replica = leader(log_with([]), isr=(1,), min_isr=1, fsync=False)
     replica.append(batch(), acks=1, now_ms=0, timeout_ms=1000)
     assert replica.high_watermark == 1
+
+
+def test_a_stale_epoch_answer_keeps_the_change_pending_until_the_next_state() -> None:
+    # The leader proposed adding replica 3; the controller applied it, the answer got lost,
+    # and the retry is refused as stale. The controller may elect replica 3 now, so the high
+    # watermark must keep waiting for it until the new partition state arrives.
+    replica = leader(log_with([(5, 4)]), isr=(1, 2))
+    fetch(replica, 2, 4, 5, now=10)
+    fetch(replica, 3, 4, 5, now=10)
+    assert replica.high_watermark == 4
+    intent = replica.poll(10).alter_partition
+    assert intent == AlterPartitionIntent(1, 5, 10, (1, 2, 3))
+    replica.append(batch(), acks=-1, now_ms=20, timeout_ms=1000)
+    replica.on_alter_partition_error(intent, ErrorCode.INVALID_UPDATE_VERSION)
+    assert replica.alter_partition_in_flight == intent
+    fetch(replica, 2, 5, 5, now=30)
+    assert replica.high_watermark == 4  # replica 3 has not got offset 4 yet
+    replica.apply_partition_state(1, 5, 11, (1, 2, 3), (1, 2, 3), now_ms=40)
+    assert replica.alter_partition_in_flight is None
+    fetch(replica, 3, 5, 5, now=50)
+    assert replica.high_watermark == 5
