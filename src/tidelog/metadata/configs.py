@@ -698,8 +698,7 @@ def _broker_defs() -> list[ConfigDef]:
             "leader.imbalance.check.interval.seconds",
             _L,
             300,
-            "How often the active controller checks for leaderships off their preferred "
-            "replica.",
+            "How often the active controller checks for leaderships off their preferred replica.",
             at_least(1),
         ),
         d(
