@@ -2,7 +2,7 @@
 single-node `tidelog serve`: the Java admin client (kafka-python and confluent-kafka have
 no client quota API) and `tidelog configs` for users, clients and ips.
 
-Quotas are metadata only in this step: nothing is throttled yet.
+Enforcement of the byte rates is tested in test_quota_throttling.py.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from tidelog.broker.handlers.registry import CONTROLLER_HANDLERS
 from tidelog.broker.metrics import BrokerMetrics, MetricsServer
 from tidelog.broker.partitions import Partitions
 from tidelog.broker.quorum import QuorumNode
+from tidelog.broker.quotas import ClientQuotaManager
 from tidelog.broker.raft_driver import RaftDriver
 from tidelog.broker.readiness import coordinators_not_ready
 from tidelog.broker.request_log import SlowRequestLog
@@ -206,6 +207,12 @@ class BrokerApp:
         broker.metrics = self.metrics
         slow_ms = config.get_int("slow.request.threshold.ms")
         broker.slow_request_log = SlowRequestLog(slow_ms) if slow_ms >= 0 else None
+        broker.quotas = ClientQuotaManager(
+            lambda: controller.image.client_quotas,
+            self.clock,
+            samples=config.get_int("quota.window.num"),
+            window_ms=config.get_int("quota.window.size.seconds") * 1000,
+        )
         broker.apply_metadata(controller.image, None)
 
         def on_change(image: MetadataImage, delta: MetadataDelta) -> None:

@@ -50,6 +50,7 @@ from tidelog.storage import LogConfig
 if TYPE_CHECKING:
     from tidelog.broker.groups import GroupDriver
     from tidelog.broker.metrics import BrokerMetrics
+    from tidelog.broker.quotas import ClientQuotaManager
     from tidelog.broker.request_log import SlowRequestLog
     from tidelog.broker.transactions import TransactionDriver
 
@@ -106,6 +107,8 @@ class Broker:
         self.slow_request_log: SlowRequestLog | None = None
         #: the ACL decision, kept in step with the image by apply_metadata (None: off)
         self.authorizer: Authorizer | None = None
+        #: byte-rate quota enforcement, set by the app (None: quotas are not enforced)
+        self.quotas: ClientQuotaManager | None = None
 
     # -- metadata ------------------------------------------------------------------------
 

@@ -32,6 +32,10 @@ A connection with nothing read for ``connections.max.idle.ms`` and no request wa
 its answer is closed (Kafka's idle expiry; negative: never): a client that sends part of a
 request and stalls, or stalls in the TLS handshake, does not hold its slot under the
 connection limits for ever. One timer per connection, moved on only when it fires.
+
+A client over its byte-rate quota is answered at once with the throttle time, then the
+connection is *muted* for that time (KIP-219): nothing more is read from it, so TCP pushes
+back on a client that does not wait by itself.
 """
 
 from __future__ import annotations
@@ -127,6 +131,11 @@ class RequestContext:
         """Who sent the request (``User:ANONYMOUS`` when nobody authenticated)."""
         return self.connection.principal
 
+    def throttle(self, throttle_ms: int) -> None:
+        """Read nothing more from this connection for ``throttle_ms`` (a quota violation)."""
+        if throttle_ms > 0:
+            self.connection.mute_for(throttle_ms)
+
 
 class _Closed(Exception):
     """The connection is going away; stop quietly."""
@@ -194,6 +203,8 @@ class Connection:
         self._active = time.monotonic()
         self._idle_s = max_idle_ms / 1000 if max_idle_ms is not None and max_idle_ms >= 0 else None
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: Until when (the loop's clock) no request is read: a quota's throttle time.
+        self.muted_until = 0.0
         try:
             host, port = sock.getpeername()[:2]
             self.peer = f"{host}:{port}"
@@ -337,6 +348,14 @@ class Connection:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
 
+    def mute_for(self, throttle_ms: int) -> None:
+        """Read no request for ``throttle_ms`` from now (the longest mute wins)."""
+        self.muted_until = max(self.muted_until, self._loop.time() + throttle_ms / 1000)
+
+    async def _unmuted(self) -> None:
+        while (wait := self.muted_until - self._loop.time()) > 0:
+            await asyncio.sleep(wait)
+
     # -- reading -----------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
@@ -346,6 +365,7 @@ class Connection:
         try:
             tls = self._tls
             while not self._closing:
+                await self._unmuted()
                 if tls is not None:
                     n = await tls.recv_into(buf)
                 else:
@@ -356,6 +376,8 @@ class Connection:
                 self._received = time.perf_counter()
                 self._active = time.monotonic()
                 for frame in self._decoder.feed(view[:n]):
+                    # Frames read together with a throttled request wait out its mute.
+                    await self._unmuted()
                     await self._handle_frame(frame)
                     if self._closing:
                         return

@@ -1329,6 +1329,9 @@ _SECURITY_DOCS = {
     "listener waits before its next accept.",
     "connections.max.idle.ms": "A connection with nothing read for this long and no request "
     "waiting for its answer is closed (negative: never).",
+    "quota.window.num": "Samples the produce and fetch byte rates of client quotas are "
+    "measured over.",
+    "quota.window.size.seconds": "Length of one sample of the client quota byte rates.",
 }
 
 
@@ -1377,6 +1380,8 @@ _SECURITY_CHECKS: dict[str, Check] = {
     "max.connections.per.ip": at_least(0),
     "max.connections.per.ip.overrides": _check_per_ip_overrides,
     "max.connection.creation.rate": at_least(0),
+    "quota.window.num": at_least(2),
+    "quota.window.size.seconds": at_least(1),
 }
 
 

@@ -33,6 +33,14 @@ class _NoConnection:
     peer = "test:0"
     listener = "PLAINTEXT"
     principal = ANONYMOUS
+    #: the throttle times a handler muted this connection for (quotas)
+    muted_ms: list[int]
+
+    def __init__(self) -> None:
+        self.muted_ms = []
+
+    def mute_for(self, throttle_ms: int) -> None:
+        self.muted_ms.append(throttle_ms)
 
 
 @pytest.fixture

@@ -31,12 +31,21 @@ from tidelog.protocol import (
 )
 from tidelog.protocol.headers import encode_response_header
 from tidelog.records import BatchBuilder
+from tidelog.security.principal import ANONYMOUS
 from tidelog.storage import LogConfig
 
 
 class _NoConnection:
     peer = "test:0"
     listener = "PLAINTEXT"
+    principal = ANONYMOUS
+
+    def __init__(self) -> None:
+        #: the throttle times a handler muted this connection for (quotas)
+        self.muted_ms: list[int] = []
+
+    def mute_for(self, throttle_ms: int) -> None:
+        self.muted_ms.append(throttle_ms)
 
 
 def add_partitions(

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -78,6 +79,7 @@ from tidelog.broker.fetch_sessions import (
 from tidelog.broker.handlers.offsets import check_leader_epoch, epoch_end_offset
 from tidelog.broker.handlers.registry import handles
 from tidelog.broker.partitions import Partition
+from tidelog.broker.quotas import CONSUMER_BYTE_RATE, ClientQuotaManager
 from tidelog.broker.reply import Deferred, EncodedResponse
 from tidelog.protocol import ApiKey, ErrorCode
 from tidelog.storage import OffsetOutOfRangeError, StorageError
@@ -117,6 +119,8 @@ class _Fetch:
     session: FetchSession | None = None
     #: the authorization error of a topic (None: it may be read)
     topic_error: Callable[[str], ErrorCode | None] = no_topic_error
+    #: records the bytes returned against the client's quota; the throttle time in ms
+    record_bytes: Callable[[int], int] = lambda returned_bytes: 0
 
 
 _Read = tuple[PartitionKey, CachedPartition, PartitionResult]
@@ -338,6 +342,7 @@ def _respond(fetch: _Fetch, broker: Broker, reads: list[_Read]) -> EncodedRespon
     current_key: object = object()
     leader_errors = False
     metrics = broker.metrics
+    returned_bytes = 0
     for key, item, result in chosen:
         if key[0] != current_key or current is None:
             current_key = key[0]
@@ -345,15 +350,21 @@ def _respond(fetch: _Fetch, broker: Broker, reads: list[_Read]) -> EncodedRespon
             topics.append(current)
         current.partitions.append(result)
         leader_errors = leader_errors or result.current_leader is not None
-        if metrics is not None and result.records is not None and item.topic is not None:
-            metrics.fetched(item.topic, result.records.length)
+        if result.records is not None:
+            returned_bytes += result.records.length
+            if metrics is not None and item.topic is not None:
+                metrics.fetched(item.topic, result.records.length)
     endpoints = (
         [NodeEndpoint(broker.node_id, *broker.endpoint(fetch.listener))]
         if leader_errors and fetch.version >= 16
         else []
     )
     return encode_fetch_response(
-        fetch.version, topics, session_id=session_id, node_endpoints=endpoints
+        fetch.version,
+        topics,
+        session_id=session_id,
+        node_endpoints=endpoints,
+        throttle_time_ms=fetch.record_bytes(returned_bytes) if returned_bytes else 0,
     )
 
 
@@ -408,6 +419,16 @@ def _session_error(version: int, error: ErrorCode) -> EncodedResponse:
     return encode_fetch_response(version, [], error_code=error, session_id=INVALID_SESSION_ID)
 
 
+def _record_fetched(ctx: RequestContext, quotas: ClientQuotaManager, returned_bytes: int) -> int:
+    """Record the bytes returned against the client's ``consumer_byte_rate`` and mute the
+    connection for the throttle time (the response goes at once all the same: KIP-219)."""
+    throttle_ms = quotas.record(
+        CONSUMER_BYTE_RATE, ctx.principal.name, ctx.client_id, returned_bytes
+    )
+    ctx.throttle(throttle_ms)
+    return throttle_ms
+
+
 @handles(ApiKey.FETCH)
 async def handle_fetch(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
@@ -459,6 +480,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> object:
         session=session,
     )
     fetch.topic_error = access(ctx).fetch_topic_errors(fetch.replica_id)
+    if broker.quotas is not None and fetch.replica_id < 0:
+        fetch.record_bytes = functools.partial(_record_fetched, ctx, broker.quotas)
     if fetch.replica_id >= 0:
         _log.debug(
             "refusing a follower fetch from replica %d (%s): no partition here has followers",

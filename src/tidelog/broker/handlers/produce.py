@@ -47,6 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kio.static.primitive import i32Timedelta
+
 from tidelog.broker.authorization import access
 from tidelog.broker.connection import CloseConnection, RequestContext
 from tidelog.broker.handlers.registry import handles
@@ -58,6 +60,7 @@ from tidelog.broker.produce_validation import (
     TransactionVerifier,
     validate_partition_records,
 )
+from tidelog.broker.quotas import PRODUCER_BYTE_RATE
 from tidelog.broker.reply import NO_RESPONSE, Deferred
 from tidelog.metadata.acls import AclOperation
 from tidelog.protocol import SUPPORTED_VERSIONS, ApiKey, ErrorCode
@@ -259,7 +262,9 @@ def _produce_partition(
     return info.last_offset + 1
 
 
-def _build(shape: _Shape, topics: list[tuple[Any, list[_Result]]], by_topic_id: bool) -> object:
+def _build(
+    shape: _Shape, topics: list[tuple[Any, list[_Result]]], by_topic_id: bool, throttle_ms: int
+) -> object:
     partition_cls = shape.partition
     record_error_cls = shape.record_error
     topic_responses = []
@@ -289,7 +294,12 @@ def _build(shape: _Shape, topics: list[tuple[Any, list[_Result]]], by_topic_id: 
             topic_responses.append(shape.topic(topic_id=key, partition_responses=tuple(partitions)))
         else:
             topic_responses.append(shape.topic(name=key, partition_responses=tuple(partitions)))
-    return shape.response(responses=tuple(topic_responses), throttle_time=ZERO_THROTTLE)
+    throttle = (
+        i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms))
+        if throttle_ms
+        else ZERO_THROTTLE
+    )
+    return shape.response(responses=tuple(topic_responses), throttle_time=throttle)
 
 
 async def _when_durable(
@@ -297,6 +307,7 @@ async def _when_durable(
     topics: list[tuple[Any, list[_Result]]],
     by_topic_id: bool,
     waits: dict[Partition, tuple[int, list[_Result]]],
+    throttle_ms: int,
 ) -> object:
     items = list(waits.items())
     outcomes = await asyncio.gather(
@@ -311,7 +322,7 @@ async def _when_durable(
                 result.fail(
                     ErrorCode.KAFKA_STORAGE_ERROR, f"the write could not be made durable: {outcome}"
                 )
-    return _build(shape, topics, by_topic_id)
+    return _build(shape, topics, by_topic_id, throttle_ms)
 
 
 @handles(ApiKey.PRODUCE)
@@ -327,6 +338,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
     topics: list[tuple[Any, list[_Result]]] = []
     waits: dict[Partition, tuple[int, list[_Result]]] = {}
     failed = False
+    appended_bytes = 0
     metrics = broker.metrics
     verifier = broker.transaction_verifier
     transactional_id = getattr(request, "transactional_id", None)
@@ -369,7 +381,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
             )
             if result.error is not _NONE:
                 failed = True
-            elif end > 0 and acks == -1:
+                continue
+            appended_bytes += len(data.records or b"")
+            if end > 0 and acks == -1:
                 previous = waits.get(partition)
                 if previous is None:
                     waits[partition] = (end, [result])
@@ -377,10 +391,26 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object:
                     previous[1].append(result)
                     waits[partition] = (max(previous[0], end), previous[1])
         topics.append((key, results))
+    throttle_ms = _throttle(ctx, appended_bytes)
     if acks == 0:
         if failed:
             raise CloseConnection("a Produce request with acks=0 failed on some partition")
         return NO_RESPONSE
     if waits:
-        return Deferred(asyncio.ensure_future(_when_durable(shape, topics, by_topic_id, waits)))
-    return _build(shape, topics, by_topic_id)
+        return Deferred(
+            asyncio.ensure_future(_when_durable(shape, topics, by_topic_id, waits, throttle_ms))
+        )
+    return _build(shape, topics, by_topic_id, throttle_ms)
+
+
+def _throttle(ctx: RequestContext, appended_bytes: int) -> int:
+    """Record the bytes appended against the client's ``producer_byte_rate`` and mute the
+    connection for the throttle time (answered at once all the same: KIP-219)."""
+    quotas = ctx.broker.quotas
+    if quotas is None or appended_bytes == 0:
+        return 0
+    throttle_ms = quotas.record(
+        PRODUCER_BYTE_RATE, ctx.principal.name, ctx.client_id, appended_bytes
+    )
+    ctx.throttle(throttle_ms)
+    return throttle_ms
