@@ -14,7 +14,7 @@ the default window.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +43,15 @@ class Run:
         return self.sent_bytes / self.elapsed_s
 
 
-def produce_flat_out(bootstrap: str, topic: str, client_id: str, total_bytes: int) -> Run:
-    """Produce ``total_bytes`` in ``MESSAGE``-sized records as fast as the client may."""
+def produce_flat_out(
+    bootstrap: str,
+    topic: str,
+    client_id: str,
+    total_bytes: int,
+    settings: Mapping[str, object] | None = None,
+) -> Run:
+    """Produce ``total_bytes`` in ``MESSAGE``-sized records as fast as the client may
+    (``settings``: more producer configs, e.g. ``batch.size``)."""
     throttles: list[float] = []
     outcome = {"delivered": 0, "failed": 0}
 
@@ -56,6 +63,7 @@ def produce_flat_out(bootstrap: str, topic: str, client_id: str, total_bytes: in
             "bootstrap.servers": bootstrap,
             "client.id": client_id,
             "linger.ms": 5,
+            **(settings or {}),
             "throttle_cb": lambda event: throttles.append(event.throttle_time),
         }
     )

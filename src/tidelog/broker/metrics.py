@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from tidelog.broker.broker import Broker
     from tidelog.broker.connection_limits import ConnectionLimiter
     from tidelog.broker.quorum import QuorumNode
+    from tidelog.broker.quotas import QuotaFigure
 
 _log = logging.getLogger(__name__)
 
@@ -395,6 +396,8 @@ class BrokerMetrics:
         state.missing = [tp for tp in expected if tp not in led]
         state.groups = groups
         state.now_ms = broker.clock()
+        if broker.quotas is not None:
+            state.quotas = broker.quotas.figures()
         transactions = broker.transactions
         if transactions is not None and not transactions.stopped:
             coordinator = transactions.coordinator
@@ -520,6 +523,8 @@ class ScrapeState:
     quorum: QuorumFigures | None = None
     #: the broker's wall clock at the scrape (ms), for lag in seconds
     now_ms: int = 0
+    #: the clients measured against a byte-rate quota
+    quotas: list[QuotaFigure] = field(default_factory=list)
     #: False while the broker is starting: no partition or group figures yet
     broker: bool = True
 
@@ -640,6 +645,30 @@ def request_families(state: ScrapeState) -> Iterable[Metric]:
         )
 
 
+#: quota key -> Kafka's quota type (``kafka.server:type=Produce|Fetch,user=,client-id=``)
+_QUOTA_TYPES = {"producer_byte_rate": "produce", "consumer_byte_rate": "fetch"}
+
+
+def _quota_families(figures: list[QuotaFigure]) -> Iterable[Metric]:
+    labels = ["user", "client_id"]
+    for key, kind in _QUOTA_TYPES.items():
+        rate = GaugeMetricFamily(
+            f"kafka_server_{kind}_byte_rate",
+            f"Bytes per second of {kind} measured against the client's {key} quota.",
+            labels=labels,
+        )
+        throttle = CounterMetricFamily(
+            f"kafka_server_{kind}_throttle_time_ms",
+            f"Throttle time the client was given for exceeding its {key} quota.",
+            labels=labels,
+        )
+        for figure in sorted(figures, key=lambda f: (f.user, f.client_id)):
+            if figure.key == key:
+                rate.add_metric([figure.user, figure.client_id], figure.rate)
+                throttle.add_metric([figure.user, figure.client_id], figure.throttle_time_ms)
+        yield from (rate, throttle)
+
+
 def scrape_families(state: ScrapeState) -> Iterable[Metric]:
     yield from request_families(state)
     if not state.broker:
@@ -662,6 +691,7 @@ def scrape_families(state: ScrapeState) -> Iterable[Metric]:
     for name, sent in sorted(state.bytes_out.items()):
         bytes_out.add_metric([name], sent)
     yield from (bytes_in, messages_in, bytes_out)
+    yield from _quota_families(state.quotas)
 
     tp = ["topic", "partition"]
     size = GaugeMetricFamily(

@@ -27,18 +27,32 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from tidelog.metadata.quotas import QuotaEntity, resolve_quota
+from tidelog.metadata.quotas import CLIENT_ID, USER, QuotaEntity, resolve_quota
 
 __all__ = [
     "CONSUMER_BYTE_RATE",
     "PRODUCER_BYTE_RATE",
     "ClientQuotaManager",
+    "QuotaFigure",
     "RateSensor",
     "throttle_time_ms",
 ]
 
 PRODUCER_BYTE_RATE: Final = "producer_byte_rate"
 CONSUMER_BYTE_RATE: Final = "consumer_byte_rate"
+
+
+@dataclass(frozen=True)
+class QuotaFigure:
+    """One measured group for the metrics: Kafka tags it with user and client id, empty
+    when the quota's entity has no such part."""
+
+    key: str
+    user: str
+    client_id: str
+    recorded_bytes: int
+    throttle_time_ms: int
+    rate: float
 
 
 @dataclass
@@ -108,12 +122,14 @@ def throttle_time_ms(rate: float, quota: float, window_length_ms: int) -> int:
 
 
 class ClientQuotaManager:
-    """Rate sensors per (quota key, resolved entity) and the throttle time they give.
+    """Rate sensors per quota key and client group, and the throttle time they give.
 
     ``quotas`` returns the image's quotas as they are now, so a quota changed by
-    AlterClientQuotas applies from the next request on; clients resolving to the same
-    entity (e.g. every client id under ``/clients/<default>``) share its sensor, as in
-    Kafka. A client with no quota is not measured.
+    AlterClientQuotas applies from the next request on. The group measured together is
+    the entity the quota comes from with each ``<default>`` replaced by the client's own
+    name (Kafka's quota metric tags): a ``/users/alice`` quota is shared by all of alice's
+    client ids, while ``/clients/<default>`` gives every client id a quota of its own. A
+    client with no quota is not measured.
     """
 
     def __init__(
@@ -129,6 +145,8 @@ class ClientQuotaManager:
         self.samples = samples
         self.window_ms = window_ms
         self._sensors: dict[tuple[str, QuotaEntity], RateSensor] = {}
+        #: (key, group) -> [bytes recorded, throttle time given in ms], for the metrics
+        self._totals: dict[tuple[str, QuotaEntity], list[int]] = {}
 
     def quota(self, key: str, user: str, client_id: str) -> tuple[QuotaEntity, float] | None:
         return resolve_quota(self._quotas(), user, client_id, key)
@@ -140,15 +158,49 @@ class ClientQuotaManager:
         if found is None:
             return 0
         entity, quota = found
-        sensor = self._sensors.get((key, entity))
+        group = _group(entity, user, client_id)
+        sensor = self._sensors.get((key, group))
         if sensor is None:
-            sensor = self._sensors[key, entity] = RateSensor(self.samples, self.window_ms)
+            sensor = self._sensors[key, group] = RateSensor(self.samples, self.window_ms)
+            self._totals[key, group] = [0, 0]
         now_ms = self._clock()
         sensor.record(amount, now_ms)
-        return throttle_time_ms(sensor.rate(now_ms), quota, sensor.window_length_ms(now_ms))
+        throttle_ms = throttle_time_ms(sensor.rate(now_ms), quota, sensor.window_length_ms(now_ms))
+        totals = self._totals[key, group]
+        totals[0] += amount
+        totals[1] += throttle_ms
+        return throttle_ms
+
+    def figures(self) -> list[QuotaFigure]:
+        """Every group measured: what it was recorded and told, and its rate now."""
+        now_ms = self._clock()
+        out = []
+        for (key, group), sensor in self._sensors.items():
+            names = dict(group)
+            recorded, throttled = self._totals[key, group]
+            out.append(
+                QuotaFigure(
+                    key,
+                    names.get(USER) or "",
+                    names.get(CLIENT_ID) or "",
+                    recorded,
+                    throttled,
+                    sensor.rate(now_ms),
+                )
+            )
+        return out
 
     def rate(self, key: str, user: str, client_id: str) -> float:
         """The measured rate of the entity (user, client_id) resolves to (0: not measured)."""
         found = self.quota(key, user, client_id)
-        sensor = self._sensors.get((key, found[0])) if found is not None else None
+        if found is None:
+            return 0.0
+        sensor = self._sensors.get((key, _group(found[0], user, client_id)))
         return sensor.rate(self._clock()) if sensor is not None else 0.0
+
+
+def _group(entity: QuotaEntity, user: str, client_id: str) -> QuotaEntity:
+    """The clients measured together under ``entity``: its types, with the client's own
+    names where the entity has the type's default."""
+    own = {USER: user, CLIENT_ID: client_id}
+    return tuple((kind, own[kind] if name is None else name) for kind, name in entity)

@@ -99,18 +99,21 @@ def test_a_client_over_its_quota_gets_kafkas_throttle_time() -> None:
     assert manager.record(CONSUMER_BYTE_RATE, "ANONYMOUS", "slow", 10**9) == 0
 
 
-def test_clients_resolving_to_one_entity_share_its_sensor_and_precedence_holds() -> None:
+def test_a_default_quota_is_each_clients_own_and_a_named_one_is_shared() -> None:
     clock = FakeClock(0)
     quotas: Quotas = {
         ((CLIENT_ID, None),): {PRODUCER_BYTE_RATE: 1000.0},
-        ((USER, "alice"),): {PRODUCER_BYTE_RATE: 1_000_000.0},
+        ((USER, "alice"),): {PRODUCER_BYTE_RATE: 2000.0},
     }
     manager = _manager(quotas, clock)
     assert manager.record(PRODUCER_BYTE_RATE, "ANONYMOUS", "a", 10_000) == 0
-    # Another client id under /clients/<default>: the same sensor, now at 2000 B/s.
+    # Another client id under /clients/<default> has a 1000 B/s quota of its own.
+    assert manager.record(PRODUCER_BYTE_RATE, "ANONYMOUS", "b", 10_000) == 0
     assert manager.record(PRODUCER_BYTE_RATE, "ANONYMOUS", "b", 10_000) == 10_000
-    # alice's own quota comes first for her, whatever the client id.
+    # alice's own quota comes first for her, and all her client ids share it.
     assert manager.record(PRODUCER_BYTE_RATE, "alice", "a", 20_000) == 0
+    assert manager.rate(PRODUCER_BYTE_RATE, "alice", "b") == 2000.0
+    assert manager.record(PRODUCER_BYTE_RATE, "alice", "b", 20_000) == 10_000
 
 
 def test_a_quota_changed_in_the_image_applies_to_the_next_request() -> None:
@@ -261,3 +264,37 @@ def test_kafkaprincipal_name_is_the_user_of_the_quota(broker: Broker, clock: Fak
     )
     response = asyncio.run(handle_produce(ctx, produce_request(9, {"t": {0: records}})))
     assert _ms(response.throttle_time) == 10_000
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+def test_metrics_give_rate_and_throttle_time_per_user_and_client_id() -> None:
+    from tidelog.broker.metrics import ScrapeState, scrape_families
+
+    clock = FakeClock(0)
+    quotas: Quotas = {
+        ((CLIENT_ID, None),): {PRODUCER_BYTE_RATE: 1000.0},
+        ((CLIENT_ID, "app"), (USER, "alice")): {CONSUMER_BYTE_RATE: 500.0},
+    }
+    manager = _manager(quotas, clock)
+    manager.record(PRODUCER_BYTE_RATE, "bob", "p", 20_000)
+    manager.record(CONSUMER_BYTE_RATE, "alice", "app", 5_000)
+    families = {m.name: m for m in scrape_families(ScrapeState(quotas=manager.figures()))}
+    samples = {
+        (s.name, s.labels["user"], s.labels["client_id"]): s.value
+        for name in (
+            "kafka_server_produce_byte_rate",
+            "kafka_server_produce_throttle_time_ms",
+            "kafka_server_fetch_byte_rate",
+            "kafka_server_fetch_throttle_time_ms",
+        )
+        for s in families[name].samples
+    }
+    assert samples == {
+        # /clients/<default>: Kafka tags it with the client id only.
+        ("kafka_server_produce_byte_rate", "", "p"): 2000.0,
+        ("kafka_server_produce_throttle_time_ms_total", "", "p"): 10_000,
+        ("kafka_server_fetch_byte_rate", "alice", "app"): 500.0,
+        ("kafka_server_fetch_throttle_time_ms_total", "alice", "app"): 0,
+    }
