@@ -1,8 +1,9 @@
 """Byte-rate quotas enforced against a real `tidelog serve`: a confluent-kafka producer
 over its ``producer_byte_rate`` (set with `tidelog configs`, as kafka-configs sets it) is
 told to wait (throttle_time_ms, which librdkafka reports through ``throttle_cb``), waits,
-and so keeps to the quota; everything it sent is stored. A client without a quota is
-never throttled.
+and so keeps to the quota; everything it sent is stored. A consumer over its
+``consumer_byte_rate`` likewise, reading everything. A client without a quota is never
+throttled.
 
 The broker here measures over ``quota.window.num=3`` samples of 1 s instead of Kafka's 11:
 a sampled rate lets a client burst (samples - 1) windows' worth of quota before it is
@@ -146,3 +147,48 @@ def test_a_client_without_quota_is_not_throttled(short_window_broker: BrokerProc
     assert run.failed == 0
     assert stored(bootstrap, "unthrottled") == run.delivered == run.sent_bytes // MESSAGE
     assert [t for t in run.throttles if t > 0] == []
+
+
+def test_a_consumer_over_its_byte_rate_is_held_to_it(short_window_broker: BrokerProcess) -> None:
+    bootstrap = short_window_broker.bootstrap
+    create_topic(bootstrap, "to-read")
+    written = produce_flat_out(bootstrap, "to-read", "unlimited-writer", 10 * QUOTA)
+    assert written.failed == 0
+    status = main(
+        [
+            "configs", "--bootstrap-server", bootstrap, "--alter",
+            "--entity-type", "clients", "--entity-name", "slow-consumer",
+            "--add-config", f"consumer_byte_rate={QUOTA}",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    throttles: list[float] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "slow-readers",
+            "client.id": "slow-consumer",
+            "auto.offset.reset": "earliest",
+            # Small fetches, so that the quota paces many of them rather than one.
+            "max.partition.fetch.bytes": 64 * 1024,
+            "throttle_cb": lambda event: throttles.append(event.throttle_time),
+        }
+    )
+    read_bytes = 0
+    read = 0
+    try:
+        consumer.subscribe(["to-read"])
+        started = time.monotonic()
+        deadline = started + 120
+        while read < written.delivered and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None or message.error() is not None:
+                continue
+            read += 1
+            read_bytes += len(message.value() or b"")
+        elapsed = time.monotonic() - started
+    finally:
+        consumer.close()
+    assert read == written.delivered
+    assert any(t > 0 for t in throttles), "the consumer was never told to wait"
+    assert read_bytes / elapsed <= 1.5 * QUOTA, f"{read_bytes / elapsed:.0f} B/s"
